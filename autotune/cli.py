@@ -1,0 +1,350 @@
+"""The `cute-autotune` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._table import render_table
+from .compiler import BuildResult, compile_many, default_jobs
+from .config import Config, InvalidConfig, Value
+from .space import load_space
+from .target import Target, default_target, target_for_arch
+from .toolchain import ToolchainError, toolchain
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- selecting configs --------------------------------------------------------------------------
+
+
+def _parse_value(text: str) -> Value:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _read_config_arg(arg: str) -> list[Config]:
+    """A JSON config, a JSON list of configs, or @path to a file holding either."""
+    if arg.startswith("@"):
+        path = Path(arg[1:])
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        where = str(path)
+    else:
+        text, where = arg, "--config"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON ({exc})") from None
+    items = data if isinstance(data, list) else [data]
+    configs = []
+    for i, item in enumerate(items):
+        try:
+            config = Config.from_dict(item)
+            configs.append(load_space(config.family).validate(config))
+        except InvalidConfig as exc:
+            raise UsageError(f"{where}: config #{i} refused: " + "; ".join(exc.reasons)) from None
+    return configs
+
+
+def select_configs(args: argparse.Namespace, target: Target) -> list[Config]:
+    if args.config:
+        return [c for arg in args.config for c in _read_config_arg(arg)]
+    space = load_space(args.family)
+    pins: dict[str, Value] = {}
+    for item in args.set or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set takes NAME=VALUE, got {item!r}")
+        pins[name.strip()] = _parse_value(value.strip())
+    problem_axes: dict[str, list[Value]] = {
+        "head_dim": args.head_dim or [],
+        "dtype": args.dtype or [],
+        "causal": {"false": [False], "true": [True], "both": []}[args.causal],
+    }
+    configs: list[Config] = []
+    try:
+        combos = [{}]  # type: list[dict[str, Value]]
+        for name, values in problem_axes.items():
+            if values:
+                combos = [{**c, name: v} for c in combos for v in values]
+        for combo in combos:
+            configs += space.valid_configs(target, {**pins, **combo})
+    except InvalidConfig as exc:
+        raise UsageError("; ".join(exc.reasons)) from None
+    configs = sorted(set(configs), key=lambda c: (space.name_of(c)))
+    if args.sample is not None and args.sample < len(configs):
+        configs = sorted(random.Random(args.seed).sample(configs, args.sample),
+                         key=lambda c: space.name_of(c))
+    if args.limit is not None:
+        configs = configs[: args.limit]
+    return configs
+
+
+# -- progress -----------------------------------------------------------------------------------
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="cfg", file=sys.stderr, disable=not enabled,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+# -- compile ------------------------------------------------------------------------------------
+
+
+def _build_row(result: BuildResult) -> list[object]:
+    name = load_space(result.config.family).name_of(result.config)
+    if not result.ok:
+        return [name, result.status, "", "", "", "", f"{result.seconds:.1f}", "",
+                result.message.splitlines()[0][:100] if result.message else ""]
+    p, info = result.ptxas, result.launch_info
+    assert p is not None and info is not None
+    return [name, "ok", p.registers, f"{info.smem_bytes / 1024:.0f}",
+            f"{p.spill_store_bytes}/{p.spill_load_bytes}", p.stack_frame_bytes,
+            f"{result.seconds:.1f}", "yes" if result.cached else "", ""]
+
+
+def _build_json(result: BuildResult) -> dict[str, Any]:
+    return {
+        "name": load_space(result.config.family).name_of(result.config),
+        "config": result.config.as_dict(),
+        "status": result.status,
+        "message": result.message,
+        "cached": result.cached,
+        "compile_seconds": round(result.seconds, 3),
+        "ptxas": result.ptxas.as_dict() if result.ptxas else None,
+        "launch_info": result.launch_info.as_dict() if result.launch_info else None,
+        "cubin": str(result.cubin) if result.cubin else None,
+    }
+
+
+def _resolve_target(args: argparse.Namespace) -> Target:
+    return target_for_arch(args.arch) if args.arch else default_target()
+
+
+def _compile(configs: list[Config], target: Target, args: argparse.Namespace
+             ) -> tuple[list[BuildResult], float]:
+    jobs = args.jobs or default_jobs()
+    start = time.perf_counter()
+    with _progress(len(configs), f"compile ({jobs} jobs)", not args.quiet) as bar:
+        def tick(result: BuildResult) -> None:
+            bar.update(1)
+            bar.set_postfix_str(f"{result.status}")
+        results = compile_many(configs, target, jobs=jobs, force=args.force, on_result=tick)
+    return results, time.perf_counter() - start
+
+
+def _host_info(jobs: int) -> dict[str, Any]:
+    tools = toolchain()
+    return {"host": platform.node(), "host_cores": os.cpu_count(), "jobs": jobs,
+            "nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version}
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    target = _resolve_target(args)
+    configs = select_configs(args, target)
+    if not configs:
+        print("no config matches the selection", file=sys.stderr)
+        return 1
+    results, wall = _compile(configs, target, args)
+    print(render_table(["config", "status", "regs", "smem KB", "spill st/ld", "stack", "nvcc s",
+                        "cached", "message"], [_build_row(r) for r in results]))
+    built = [r for r in results if r.ok and not r.cached]
+    ok = sum(r.ok for r in results)
+    per_min = 60 * len(built) / wall if built and wall > 0 else 0.0
+    print(f"\n{ok}/{len(results)} built for {target.arch} "
+          f"({sum(r.cached for r in results)} from cache, {len(built)} compiled in {wall:.1f} s"
+          f"{f', {per_min:.1f} configs/min' if built else ''}); "
+          f"{sum(r.status == 'invalid' for r in results)} pruned, "
+          f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed; "
+          f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill")
+    if args.json:
+        payload = {**_host_info(args.jobs or default_jobs()), "arch": target.arch,
+                   "wall_seconds": round(wall, 2), "compiled_now": len(built),
+                   "configs_per_minute": round(per_min, 2),
+                   "results": [_build_json(r) for r in results]}
+        Path(args.json).write_text(json.dumps(payload, indent=1))
+    return 0 if all(r.ok or r.status == "invalid" for r in results) else 1
+
+
+# -- check --------------------------------------------------------------------------------------
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .worker import GpuWorker
+
+    if not _gpu_available():
+        print("cute-autotune check needs a CUDA GPU and none is visible here. "
+              "`cute-autotune compile` builds and statically checks the same configs.",
+              file=sys.stderr)
+        return EXIT_USAGE
+    import torch
+
+    target = _resolve_target(args)
+    configs = select_configs(args, target)
+    if not configs:
+        print("no config matches the selection", file=sys.stderr)
+        return 1
+    builds, wall = _compile(configs, target, args)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    outcomes: list[dict[str, Any]] = []
+    with GpuWorker(torch.cuda.current_device()) as worker, \
+            _progress(len(builds), "validate", not args.quiet) as bar:
+        for i, build in enumerate(builds):
+            if build.ok:
+                reply = worker.request("validate", {"config": build.config.to_json(),
+                                                    "target": vars(target), "seed": seed + i},
+                                       timeout=args.timeout)
+            else:
+                reply = {"status": "not_run", "reason": f"{build.status}: {build.message}"}
+            outcomes.append(reply)
+            bar.update(1)
+    rows, failures, spilling = [], [], []
+    for build, outcome in zip(builds, outcomes):
+        name = load_space(build.config.family).name_of(build.config)
+        report = outcome.get("report") or {}
+        worst = max((c["rel_err"] for c in report.get("cases", []) if c["rel_err"] == c["rel_err"]),
+                    default=float("nan"))
+        if build.ptxas and build.ptxas.spills:
+            spilling.append({"name": name, "spill_stores": build.ptxas.spill_store_bytes,
+                             "spill_loads": build.ptxas.spill_load_bytes,
+                             "registers": build.ptxas.registers})
+        if build.status != "invalid" and outcome["status"] != "passed":
+            failures.append({"name": name, "config": build.config.as_dict(),
+                             "stage": "compile" if not build.ok else "validate",
+                             "status": outcome["status"], "reason": outcome.get("reason", "")})
+        rows.append([name, build.status, build.ptxas.registers if build.ptxas else "",
+                     f"{build.ptxas.spill_store_bytes}/{build.ptxas.spill_load_bytes}"
+                     if build.ptxas else "", outcome["status"],
+                     f"{worst:.2e}" if worst == worst else "",
+                     "" if outcome["status"] == "passed" else outcome.get("reason", "")[:120]])
+    print(render_table(["config", "build", "regs", "spill st/ld", "validation", "worst rel",
+                        "reason"], rows))
+    valid = [b for b in builds if b.status != "invalid"]
+    passed = sum(o["status"] == "passed" for o in outcomes)
+    gpu = torch.cuda.get_device_name()
+    print(f"\n{gpu}: {len(valid)} valid, {sum(b.ok for b in builds)} compiled, {passed} passed, "
+          f"{len(failures)} failed, {len(spilling)} spill (seed {seed})")
+    if args.json:
+        payload = {
+            "gpu": gpu, "arch": target.arch, **_host_info(args.jobs or default_jobs()),
+            "command": " ".join(["cute-autotune", *sys.argv[1:]]),
+            "seed": seed, "considered": len(builds), "valid": len(valid),
+            "compiled": sum(b.ok for b in builds), "passed": passed,
+            "spilling": spilling, "failures": failures, "compile_wall_seconds": round(wall, 2),
+            "worker_restarts": worker.restarts,
+            "results": [{**_build_json(b), "validation": o} for b, o in zip(builds, outcomes)],
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=1))
+    return 0 if passed == len(valid) else 1
+
+
+# -- space --------------------------------------------------------------------------------------
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    space = load_space(args.family)
+    target = _resolve_target(args)
+    print(f"{space.family}: {space.description}\n")
+    print(render_table(["parameter", "role", "values", "meaning"],
+                       [[p.name, p.role, ", ".join(map(str, p.values)), p.doc]
+                        for p in space.params.values()]))
+    print("\nconstraints:")
+    for c in space.constraints:
+        print(f"  {c.expr}\n      {c.message}")
+    rows = []
+    for d in space.params["head_dim"].values:
+        for dtype in space.params["dtype"].values:
+            counts = [len(space.valid_configs(target, {"head_dim": d, "dtype": dtype, "causal": c}))
+                      for c in (False, True)]
+            rows.append([d, dtype, counts[0], counts[1]])
+    print(f"\nvalid configs on {target.name} ({target.max_smem_per_block} B smem per block):")
+    print(render_table(["head_dim", "dtype", "full", "causal"], rows))
+    return 0
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", default="sm80", help="kernel family (default: sm80)")
+    p.add_argument("--config", action="append",
+                   help="a config as JSON, or @file.json holding one or a list (repeatable)")
+    p.add_argument("--head-dim", type=int, nargs="+", help="head dims (default: all)")
+    p.add_argument("--dtype", nargs="+", choices=["fp16", "bf16"], help="dtypes (default: both)")
+    p.add_argument("--causal", choices=["false", "true", "both"], default="both")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="pin a parameter, e.g. --set block_m=128 (repeatable)")
+    p.add_argument("--sample", type=int, help="a random sample of this many valid configs")
+    p.add_argument("--seed", type=int, help="seed for --sample and for validation inputs")
+    p.add_argument("--limit", type=int, help="at most this many configs")
+    p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")
+    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--force", action="store_true", help="rebuild even when cached")
+    p.add_argument("--json", help="write full results to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cute-autotune",
+        description="Autotuning explorer for CuTe FlashAttention-forward kernels.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compile", help="build configs (or a whole space) into cubins")
+    _add_selection(p)
+    p.set_defaults(func=cmd_compile)
+    p = sub.add_parser("check", help="build and validate configs on the GPU")
+    _add_selection(p)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one config's validation may take before it counts as a hang")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
+    p.add_argument("--family", default="sm80")
+    p.add_argument("--arch")
+    p.set_defaults(func=cmd_space)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"cute-autotune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (InvalidConfig, ToolchainError, ValueError) as exc:
+        print(f"cute-autotune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Compile configs to cubins on demand: static check, cache lookup, nvcc, ptxas report.
+
+A config that cannot compile is an outcome, not an exception: every path returns a BuildResult
+whose status says what happened ("ok", "invalid" = pruned by the space's static constraints
+before nvcc, "compile_error" with nvcc's message, "timeout"). Cubins are device code only, so
+they build on machines without a GPU and do not depend on the Python or torch version.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ._paths import cache_dir, kernel_src_dir
+from .cache import ArtifactCache, CacheEntry, artifact_key
+from .codegen import render
+from .config import Config
+from .cubin import LaunchInfo, read_launch_info
+from .ptxas import PtxasReport, parse_ptxas
+from .space import load_space
+from .target import Target, default_target
+from .toolchain import Toolchain, toolchain
+
+# Part of every cache key: change a flag and every artifact is rebuilt.
+NVCC_FLAGS = [
+    "-std=c++17",
+    "-O3",
+    "--use_fast_math",
+    "--expt-relaxed-constexpr",
+    "-DNDEBUG",
+    "-Xptxas=-v",
+]
+DEFAULT_TIMEOUT_S = 900.0
+
+OK = "ok"
+INVALID = "invalid"
+COMPILE_ERROR = "compile_error"
+TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    config: Config
+    arch: str
+    status: str
+    key: str | None = None
+    cubin: Path | None = None
+    ptxas: PtxasReport | None = None
+    launch_info: LaunchInfo | None = None
+    seconds: float = 0.0  # nvcc wall time (for a cache hit: of the original build)
+    cached: bool = False
+    message: str = ""
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def name(self) -> str:
+        return load_space(self.config.family).name_of(self.config)
+
+
+def nvcc_command(tools: Toolchain, gencode: str, source: Path, output: Path) -> list[str]:
+    return [
+        str(tools.nvcc),
+        *NVCC_FLAGS,
+        "-cubin",
+        f"-gencode={gencode}",
+        f"-I{kernel_src_dir()}",
+        f"-I{tools.cutlass_include}",
+        "-o",
+        str(output),
+        str(source),
+    ]
+
+
+def summarize_nvcc_errors(stderr: str, limit: int = 4000) -> str:
+    """static_assert reasons first (they are the readable ones), then the first error lines."""
+    asserts = re.findall(r'static assertion failed with "([^"]+)"', stderr)
+    errors = [line.strip() for line in stderr.splitlines() if "error" in line]
+    parts = [f"static_assert: {a}" for a in dict.fromkeys(asserts)]
+    parts += [e for e in errors if "static assertion failed" not in e][:20]
+    text = "\n".join(parts) or stderr.strip()
+    return text[:limit]
+
+
+def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEntry,
+                       cached: bool) -> BuildResult:
+    rec = entry.record
+    return BuildResult(
+        config=config,
+        arch=target.arch,
+        status=OK,
+        key=key,
+        cubin=entry.cubin,
+        ptxas=PtxasReport(**rec["ptxas"]),
+        launch_info=LaunchInfo(**rec["launch_info"]),
+        seconds=float(rec.get("compile_seconds", 0.0)),
+        cached=cached,
+        record=rec,
+    )
+
+
+def lookup(config: Config, target: Target, cache: ArtifactCache | None = None) -> BuildResult | None:
+    """The cached build of a valid config, or None. Runs no subprocess."""
+    space = load_space(config.family)
+    if space.violations(config, target):
+        return None
+    tools = toolchain()
+    key = artifact_key(config, space.gencode_for(target), space.source_hash(), tools, NVCC_FLAGS)
+    entry = (cache or ArtifactCache()).get(config.family, key)
+    return _result_from_entry(config, target, key, entry, cached=True) if entry else None
+
+
+def compile_config(config: Config, target: Target | None = None,
+                   cache: ArtifactCache | None = None,
+                   timeout: float = DEFAULT_TIMEOUT_S, force: bool = False) -> BuildResult:
+    """Build one config (or return its cached build)."""
+    target = target or default_target()
+    cache = cache or ArtifactCache()
+    space = load_space(config.family)
+    reasons = space.violations(config, target)
+    if reasons:
+        return BuildResult(config, target.arch, INVALID, message="; ".join(reasons))
+    tools = toolchain()
+    gencode = space.gencode_for(target)
+    key = artifact_key(config, gencode, space.source_hash(), tools, NVCC_FLAGS)
+    if not force:
+        entry = cache.get(config.family, key)
+        if entry is not None:
+            return _result_from_entry(config, target, key, entry, cached=True)
+
+    source = render(config)
+    with tempfile.TemporaryDirectory(prefix="cute-autotune-") as tmp:
+        src = Path(tmp) / f"{source.name}.cu"
+        out = Path(tmp) / "kernel.cubin"
+        src.write_text(source.text)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(nvcc_command(tools, gencode, src, out), capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return BuildResult(config, target.arch, TIMEOUT, key=key,
+                               seconds=time.perf_counter() - start,
+                               message=f"nvcc did not finish in {timeout:.0f} s")
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0 or not out.is_file():
+            return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
+                               message=summarize_nvcc_errors(proc.stderr))
+        cubin = out.read_bytes()
+    report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
+    info = read_launch_info(cubin)
+    record = {
+        "key": key,
+        "config": config.as_dict(),
+        "name": source.name,
+        "arch": target.arch,
+        "gencode": gencode,
+        "flags": NVCC_FLAGS,
+        "toolchain": {
+            "nvcc": tools.nvcc_version,
+            "cutlass": tools.cutlass_version,
+            "kernel_source": space.source_hash(),
+        },
+        "ptxas": report.as_dict(),
+        "launch_info": info.as_dict(),
+        "compile_seconds": round(seconds, 3),
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text})
+    return _result_from_entry(config, target, key, entry, cached=False)
+
+
+def _compile_in_worker(config_json: str, target: Target, cache_root: str, timeout: float,
+                       force: bool) -> BuildResult:
+    return compile_config(Config.from_json(config_json), target,
+                          ArtifactCache(Path(cache_root)), timeout, force)
+
+
+def default_jobs() -> int:
+    env = os.environ.get("CUTE_AUTOTUNE_JOBS")
+    return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
+
+
+def compile_many(configs: Sequence[Config], target: Target | None = None, *,
+                 jobs: int | None = None, cache: ArtifactCache | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S, force: bool = False,
+                 on_result: Callable[[BuildResult], None] | None = None) -> list[BuildResult]:
+    """Build many configs, cache misses in a process pool; results in input order.
+
+    Static pruning and cache hits are answered in this process first, so the pool only ever sees
+    configs that need nvcc. Each worker process drives one nvcc at a time.
+    """
+    target = target or default_target()
+    cache = cache or ArtifactCache()
+    results: list[BuildResult | None] = [None] * len(configs)
+    pending: list[int] = []
+    for i, config in enumerate(configs):
+        space = load_space(config.family)
+        reasons = space.violations(config, target)
+        if reasons:
+            results[i] = BuildResult(config, target.arch, INVALID, message="; ".join(reasons))
+        elif not force and (hit := lookup(config, target, cache)) is not None:
+            results[i] = hit
+        else:
+            pending.append(i)
+            continue
+        if on_result:
+            on_result(results[i])  # type: ignore[arg-type]
+
+    if pending:
+        workers = min(jobs or default_jobs(), len(pending))
+        cache_root = str(cache.root.parent)
+        context = multiprocessing.get_context("spawn")  # never fork a process that holds CUDA
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {
+                pool.submit(_compile_in_worker, configs[i].to_json(), target, cache_root,
+                            timeout, force): i
+                for i in pending
+            }
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool as exc:
+                    result = BuildResult(configs[i], target.arch, COMPILE_ERROR,
+                                         message=f"compile worker died: {exc}")
+                results[i] = result
+                if on_result:
+                    on_result(result)
+    return [r for r in results if r is not None]
+
+
+__all__ = [
+    "BuildResult",
+    "compile_config",
+    "compile_many",
+    "lookup",
+    "cache_dir",
+]

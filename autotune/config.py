@@ -1,0 +1,84 @@
+"""A kernel configuration: a frozen value with a canonical JSON form and a stable digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+Value = Union[int, bool, str]
+
+
+class InvalidConfig(ValueError):
+    """A config that does not belong to its family's space; `reasons` says why, one per line."""
+
+    def __init__(self, reasons: list[str], config: object = None) -> None:
+        self.reasons = list(reasons)
+        self.config = config
+        super().__init__("; ".join(self.reasons))
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """The template parameters of one kernel instance of one family.
+
+    Only the structure is checked here (a family name, scalar values). Whether the values are
+    allowed is the family's Space's business (`Space.validate`), which every config read from
+    outside passes through before it reaches codegen.
+    """
+
+    family: str
+    values: tuple[tuple[str, Value], ...]
+
+    @classmethod
+    def make(cls, family: str, values: Mapping[str, Value]) -> Config:
+        for name, value in values.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise InvalidConfig([f"parameter name {name!r} is not an identifier"])
+            if not isinstance(value, (bool, int, str)):
+                raise InvalidConfig([f"{name} = {value!r}: values must be int, bool or str"])
+        return cls(family, tuple(sorted(values.items())))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+        """Inverse of `as_dict`: {"family": ..., <param>: <value>, ...}."""
+        if not isinstance(data, Mapping):
+            raise InvalidConfig([f"a config must be a JSON object, not {type(data).__name__}"])
+        family = data.get("family")
+        if not isinstance(family, str) or not family:
+            raise InvalidConfig(["a config needs a 'family' string"])
+        return cls.make(family, {k: v for k, v in data.items() if k != "family"})
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidConfig([f"not valid JSON: {exc}"]) from None
+        return cls.from_dict(data)
+
+    def __getitem__(self, name: str) -> Value:
+        for key, value in self.values:
+            if key == name:
+                return value
+        raise KeyError(f"{self.family} config has no parameter {name!r}")
+
+    def __iter__(self) -> Iterator[tuple[str, Value]]:
+        return iter(self.values)
+
+    def as_dict(self) -> dict[str, Value]:
+        return {"family": self.family, **dict(self.values)}
+
+    def replace(self, **changes: Value) -> Config:
+        return Config.make(self.family, {**dict(self.values), **changes})
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no whitespace. Equal configs give equal bytes."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        """First 16 hex digits of the SHA-256 of the canonical JSON."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]

@@ -1,0 +1,71 @@
+"""An attention problem: the shapes, dtype and masking a kernel is asked to solve."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+DTYPES = ("fp16", "bf16")
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    dtype: str = "fp16"
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(
+                f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal must be a bool, got {self.causal!r}")
+
+    @property
+    def group_size(self) -> int:
+        return self.heads_q // self.heads_kv
+
+    @property
+    def visible_pairs(self) -> int:
+        """(query, key) pairs that are not masked, per (batch, head).
+
+        Causal is aligned bottom-right: query i sees keys j <= i + Lk - Lq.
+        """
+        lq, lk = self.seqlen_q, self.seqlen_k
+        if not self.causal:
+            return lq * lk
+        offset = lk - lq
+        # rows i where 0 < i + 1 + offset < lk see i + 1 + offset keys; later rows see all lk
+        first_full = max(0, lk - 1 - offset)  # first row that sees every key
+        partial_rows = range(max(0, -offset), min(lq, first_full))
+        partial = sum(i + 1 + offset for i in partial_rows) if partial_rows else 0
+        return partial + max(0, lq - max(first_full, 0)) * lk
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs that matter: 2 GEMMs x 2 FLOPs per multiply-add, unmasked pairs only."""
+        return 4 * self.batch * self.heads_q * self.head_dim * self.visible_pairs
+
+    def space_values(self) -> dict[str, int | str | bool]:
+        """The problem-bound parameters of a kernel config."""
+        return {"head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal}
+
+    def as_dict(self) -> dict[str, int | str | bool]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        heads = f"H{self.heads_q}" if self.heads_q == self.heads_kv else f"H{self.heads_q}/{self.heads_kv}"
+        seq = f"L{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Lq{self.seqlen_q} Lk{self.seqlen_k}"
+        mask = " causal" if self.causal else ""
+        return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}"

@@ -1,0 +1,239 @@
+"""A kernel family's search space, declared in search_spaces/<family>.toml.
+
+The space file is the family's whole description as far as Python is concerned: its parameters
+(problem-bound or tunable) with their allowed values, derived quantities, static constraints,
+and how a config becomes C++ (header, traits template, entry macro, nvcc target). Search, storage
+and codegen only talk to this class, so a new family is a new file, not a new code path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from . import _expr
+from ._paths import search_spaces_dir
+from .config import Config, InvalidConfig, Value
+from .target import Target
+from .toolchain import kernel_source_hash
+
+PROBLEM = "problem"
+TUNABLE = "tunable"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    role: str  # PROBLEM or TUNABLE
+    values: tuple[Value, ...]
+    cpp: tuple[tuple[str, str], ...] = ()  # enum value -> C++ spelling (strings only)
+    labels: tuple[tuple[str, str], ...] = ()  # value -> short label used in config names
+    doc: str = ""
+
+    def cpp_literal(self, value: Value) -> str:
+        """The C++ spelling of an allowed value. Only whitelisted values ever get here."""
+        if value not in self.values:
+            raise InvalidConfig([f"{self.name} = {value!r} is not one of {list(self.values)}"])
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(int(value))
+        spelled = dict(self.cpp).get(value)
+        if spelled is None:
+            raise InvalidConfig([f"{self.name} = {value!r} has no C++ spelling in the space file"])
+        return spelled
+
+    def label(self, value: Value) -> str:
+        key = str(value).lower() if isinstance(value, bool) else str(value)
+        return dict(self.labels).get(key, key)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    expr: str
+    message: str
+
+
+def _same_kind(value: Any, allowed: tuple[Value, ...]) -> bool:
+    # bool is an int in Python; a JSON `1` must not pass for `true` or the reverse.
+    return any(type(value) is type(a) and value == a for a in allowed)
+
+
+class Space:
+    def __init__(self, data: Mapping[str, Any], source: str = "<memory>") -> None:
+        self.source = source
+        try:
+            self.family: str = data["family"]
+            self.description: str = data.get("description", "")
+            self.min_cc: int = int(data.get("min_compute_capability", 0))
+            self.max_cc: int = int(data.get("max_compute_capability", 10_000))
+            self.gencode: str = data["gencode"]
+            self.header: str = data["header"]
+            self.entry_macro: str = data["entry_macro"]
+            self.traits_template: str = data["traits"]
+            self.name_template: str = data["name"]
+            params = [
+                Param(
+                    name=name,
+                    role=spec["role"],
+                    values=tuple(spec["values"]),
+                    cpp=tuple((str(k), str(v)) for k, v in spec.get("cpp", {}).items()),
+                    labels=tuple((str(k), str(v)) for k, v in spec.get("name", {}).items()),
+                    doc=spec.get("doc", ""),
+                )
+                for name, spec in data["params"].items()
+            ]
+            self.derived: dict[str, str] = dict(data.get("derived", {}))
+            self.constraints = tuple(
+                Constraint(c["expr"], c["message"]) for c in data.get("constraints", [])
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{source}: malformed space file ({exc!r})") from None
+        self.params: dict[str, Param] = {p.name: p for p in params}
+        for p in params:
+            if p.role not in (PROBLEM, TUNABLE):
+                raise ValueError(f"{source}: parameter {p.name} has unknown role {p.role!r}")
+        self._check_expressions()
+
+    def _check_expressions(self) -> None:
+        known = set(self.params) | {"max_smem_per_block", "cc"}
+        for name, expr in self.derived.items():
+            unknown = _expr.names_in(expr) - known
+            if unknown:
+                raise ValueError(f"{self.source}: derived {name} uses unknown {sorted(unknown)}")
+            known.add(name)
+        for c in self.constraints:
+            unknown = _expr.names_in(c.expr) - known
+            if unknown:
+                raise ValueError(f"{self.source}: constraint {c.expr!r} uses unknown {sorted(unknown)}")
+
+    @classmethod
+    def from_file(cls, path: Path) -> Space:
+        with open(path, "rb") as f:
+            return cls(tomllib.load(f), str(path))
+
+    # -- parameters -------------------------------------------------------------------------
+
+    @property
+    def problem_params(self) -> list[Param]:
+        return [p for p in self.params.values() if p.role == PROBLEM]
+
+    @property
+    def tunable_params(self) -> list[Param]:
+        return [p for p in self.params.values() if p.role == TUNABLE]
+
+    def config(self, **values: Value) -> Config:
+        """Build and validate a config of this family."""
+        return self.validate(Config.make(self.family, values))
+
+    def validate(self, config: Config) -> Config:
+        """Domain check: right family, every parameter present, every value allowed.
+
+        Raises InvalidConfig listing every problem. Say nothing of device limits: those are
+        `violations(config, target)`.
+        """
+        if config.family != self.family:
+            raise InvalidConfig([f"config is of family {config.family!r}, not {self.family!r}"], config)
+        given = dict(config.values)
+        reasons = [f"unknown parameter {k!r}" for k in given if k not in self.params]
+        for p in self.params.values():
+            if p.name not in given:
+                reasons.append(f"missing parameter {p.name!r}")
+            elif not _same_kind(given[p.name], p.values):
+                reasons.append(f"{p.name} = {given[p.name]!r} is not one of {list(p.values)}")
+        if reasons:
+            raise InvalidConfig(reasons, config)
+        return config
+
+    # -- derived values and constraints -----------------------------------------------------
+
+    def environment(self, config: Config, target: Target) -> dict[str, Any]:
+        env: dict[str, Any] = dict(config.values)
+        env["max_smem_per_block"] = target.max_smem_per_block
+        env["cc"] = target.cc
+        for name, expr in self.derived.items():
+            env[name] = _expr.evaluate(expr, env)
+        return env
+
+    def derived_values(self, config: Config, target: Target) -> dict[str, Any]:
+        env = self.environment(self.validate(config), target)
+        return {name: env[name] for name in self.derived}
+
+    def violations(self, config: Config, target: Target) -> list[str]:
+        """Why this config cannot run on `target` (empty when it can); includes domain errors."""
+        try:
+            self.validate(config)
+        except InvalidConfig as exc:
+            return exc.reasons
+        if not self.min_cc <= target.cc <= self.max_cc:
+            return [f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
+                    f"target is {target.arch}"]
+        env = self.environment(config, target)
+        return [c.message for c in self.constraints if not _expr.evaluate(c.expr, env)]
+
+    def is_valid(self, config: Config, target: Target) -> bool:
+        return not self.violations(config, target)
+
+    # -- enumeration ------------------------------------------------------------------------
+
+    def all_configs(self, fixed: Mapping[str, Value] | None = None) -> Iterator[Config]:
+        """Every combination of allowed values (valid or not), with `fixed` parameters pinned."""
+        fixed = dict(fixed or {})
+        unknown = set(fixed) - set(self.params)
+        if unknown:
+            raise InvalidConfig([f"unknown parameter {k!r}" for k in sorted(unknown)])
+        axes = []
+        for p in self.params.values():
+            if p.name in fixed:
+                if not _same_kind(fixed[p.name], p.values):
+                    raise InvalidConfig([f"{p.name} = {fixed[p.name]!r} is not one of {list(p.values)}"])
+                axes.append((fixed[p.name],))
+            else:
+                axes.append(p.values)
+        names = list(self.params)
+        for combo in itertools.product(*axes):
+            yield Config.make(self.family, dict(zip(names, combo)))
+
+    def valid_configs(self, target: Target, fixed: Mapping[str, Value] | None = None) -> list[Config]:
+        return [c for c in self.all_configs(fixed) if self.is_valid(c, target)]
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def name_of(self, config: Config) -> str:
+        self.validate(config)
+        return self.name_template.format(**{k: self.params[k].label(v) for k, v in config.values})
+
+    def traits_of(self, config: Config) -> str:
+        self.validate(config)
+        return self.traits_template.format(
+            **{k: self.params[k].cpp_literal(v) for k, v in config.values}
+        )
+
+    def gencode_for(self, target: Target) -> str:
+        return self.gencode.format(cc=target.cc)
+
+    def source_hash(self) -> str:
+        """Hash of the device sources this family's kernels are built from."""
+        return kernel_source_hash(Path(self.header).parts[0])
+
+
+def families() -> list[str]:
+    return sorted(p.stem for p in search_spaces_dir().glob("*.toml"))
+
+
+@cache
+def load_space(family: str) -> Space:
+    path = search_spaces_dir() / f"{family}.toml"
+    if not path.is_file():
+        raise InvalidConfig([f"unknown kernel family {family!r}; known: {', '.join(families())}"])
+    return Space.from_file(path)
+
+
+def validate_config(config: Config) -> Config:
+    """Validate a config read from outside (CLI, file, database) against its family's space."""
+    return load_space(config.family).validate(config)

@@ -1,0 +1,140 @@
+"""Run GPU work for untrusted kernels in a separate process that may die.
+
+A candidate kernel can take its process down (illegal address, a hang, a poisoned CUDA context).
+GpuWorker keeps one spawned process per device; each request has a timeout; a crash, a timeout
+or a sticky CUDA error ends that request with a status and reason, and the next request gets a
+fresh process. The caller's process never touches the candidate's CUDA context.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+ERROR = "error"
+STARTUP_ALLOWANCE_S = 180.0
+
+
+def _task_validate(payload: dict[str, Any]) -> dict[str, Any]:
+    from .compiler import compile_config
+    from .config import Config
+    from .kernel import CompiledKernel
+    from .target import Target
+    from .validate import validate
+
+    config = Config.from_json(payload["config"])
+    build = compile_config(config, Target(**payload["target"]))  # a cache hit: built beforehand
+    if not build.ok:
+        return {"status": build.status, "reason": build.message}
+    kernel = CompiledKernel(build, payload["device"])
+    report = validate(kernel, head_dim=int(config["head_dim"]), dtype=str(config["dtype"]),
+                      causal=bool(config["causal"]), device=f"cuda:{payload['device']}",
+                      seed=payload.get("seed"))
+    return {"status": "passed" if report.passed else "failed", "reason": report.summary(),
+            "report": report.as_dict()}
+
+
+TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"validate": _task_validate}
+
+
+def register_task(name: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Make `fn` callable in workers; it must be importable there (a module-level function)."""
+    TASKS[name] = fn
+
+
+def _context_is_healthy() -> bool:
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - any CUDA error here means the context is gone
+        return False
+
+
+def _serve(conn: Connection, device: int) -> None:
+    import torch
+
+    torch.cuda.set_device(device)
+    while True:
+        try:
+            task, payload = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply = TASKS[task]({**payload, "device": device})
+        except Exception as exc:  # noqa: BLE001 - every failure is reported as data
+            reply = {"status": ERROR, "reason": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc(limit=8)}
+        fatal = not _context_is_healthy()
+        if fatal:
+            reply["fatal"] = True
+            reply["status"] = CRASHED
+            reply["reason"] = "CUDA context lost: " + str(reply.get("reason", ""))
+        conn.send(reply)
+        if fatal:
+            return
+
+
+class GpuWorker:
+    def __init__(self, device: int = 0) -> None:
+        self.device = device
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.device), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _stop(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        if self._proc is not None:
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def request(self, task: str, payload: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+        startup = 0.0
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self._stop()
+            self._start()
+            startup = STARTUP_ALLOWANCE_S  # importing torch, building/loading the launcher
+        assert self._conn is not None and self._proc is not None
+        self._conn.send((task, payload))
+        if not self._conn.poll(timeout + startup):
+            self._stop()
+            self.restarts += 1
+            return {"status": TIMEOUT, "reason": f"no answer within {timeout:.0f} s (hang?)"}
+        try:
+            reply: dict[str, Any] = self._conn.recv()
+        except (EOFError, ConnectionResetError):
+            code = self._proc.exitcode
+            self._stop()
+            self.restarts += 1
+            return {"status": CRASHED, "reason": f"worker process died (exit code {code})"}
+        if reply.get("fatal"):
+            self._stop()
+        return reply
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> GpuWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,36 @@
+"""Run one config on a small problem with tails, for compute-sanitizer (racecheck, synccheck).
+
+    compute-sanitizer --tool racecheck python3 benchmarks/race_probe.py '<config json>'
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from autotune.compiler import compile_config
+from autotune.config import Config
+from autotune.kernel import CompiledKernel
+from autotune.space import validate_config
+from autotune.tensors import torch_dtype
+
+
+def main() -> int:
+    config = validate_config(Config.from_json(sys.argv[1]))
+    build = compile_config(config)
+    kernel = CompiledKernel(build)
+    dtype = torch_dtype(str(config["dtype"]))
+    d = int(config["head_dim"])
+    for lq, lk in ((200, 300), (130, 64)):
+        q = torch.randn(1, 2, lq, d, device="cuda", dtype=dtype)
+        k = torch.randn(1, 1, lk, d, device="cuda", dtype=dtype)
+        v = torch.randn(1, 1, lk, d, device="cuda", dtype=dtype)
+        out, lse = kernel(q, k, v, return_lse=True)
+        torch.cuda.synchronize()
+        print(f"{build.name} Lq={lq} Lk={lk}: finite={bool(torch.isfinite(out).all())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Throughput of the fastest sm80 configs beside torch SDPA (default and FLASH), same run.
+
+Screening: every candidate config (valid, compiled, and passed in a `cute-autotune check` JSON
+when one is given) is timed briefly on the screening shape; the top N per (head_dim, causal) are
+then re-timed with more rounds on every shape, interleaved with SDPA's default and FLASH
+backends. Each timed output is compared with SDPA's (relative error) before its time counts.
+
+    python benchmarks/sm80_throughput.py --check-json benchmarks/results/sm80_check_h200.json \
+        --json benchmarks/results/sm80_throughput_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from autotune._table import render_table
+from autotune.compiler import lookup
+from autotune.config import Config
+from autotune.kernel import CompiledKernel
+from autotune.problem import Problem
+from autotune.space import load_space
+from autotune.target import default_target
+from autotune.tensors import torch_dtype
+from autotune.timing import input_sets_needed, measure
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    b, h, length = (int(x) for x in text.split(","))
+    return b, h, length
+
+
+def candidates(d: int, causal: bool, dtype: str, passed: set[str] | None) -> list[CompiledKernel]:
+    space, target = load_space("sm80"), default_target()
+    out = []
+    for config in space.valid_configs(target, {"head_dim": d, "dtype": dtype, "causal": causal}):
+        if passed is not None and config.to_json() not in passed:
+            continue
+        build = lookup(config, target)
+        if build is not None and build.ptxas is not None:
+            out.append(CompiledKernel(build))
+    return out
+
+
+def make_sets(problem: Problem, n: int) -> list[tuple[torch.Tensor, ...]]:
+    dtype = torch_dtype(problem.dtype)
+    shape_q = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
+    shape_k = (problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim)
+    return [(torch.randn(shape_q, device="cuda", dtype=dtype),
+             torch.randn(shape_k, device="cuda", dtype=dtype),
+             torch.randn(shape_k, device="cuda", dtype=dtype),
+             torch.empty(shape_q, device="cuda", dtype=dtype)) for _ in range(n)]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm((a.float() - b.float())) /
+                 torch.linalg.vector_norm(b.float()))
+
+
+def time_kernels(problem: Problem, kernels: dict[str, CompiledKernel], with_sdpa: bool,
+                 rounds: int, round_ms: float) -> tuple[dict[str, Any], dict[str, float]]:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    set_bytes = 4 * problem.batch * problem.heads_q * problem.seqlen_q * problem.head_dim * 2
+    sets = make_sets(problem, input_sets_needed(set_bytes, l2))
+    causal = problem.causal
+    fns: dict[str, Any] = {}
+    errors: dict[str, float] = {}
+    q0, k0, v0, _ = sets[0]
+    expected = F.scaled_dot_product_attention(q0, k0, v0, is_causal=causal)
+    for name, kernel in kernels.items():
+        out, _ = kernel(q0, k0, v0)
+        errors[name] = rel_err(out, expected)
+        fns[name] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
+    if with_sdpa:
+        fns["sdpa_default"] = lambda i: F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal)
+
+        def flash(i: int) -> torch.Tensor:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal)
+        fns["sdpa_flash"] = flash
+    return measure(fns, n_sets=len(sets), rounds=rounds, round_ms=round_ms), errors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--dtype", default="fp16")
+    parser.add_argument("--shapes", nargs="+", default=["4,16,2048", "1,16,8192"])
+    parser.add_argument("--screen-shape", default="4,16,2048")
+    parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--check-json", help="only configs that passed in this check result")
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+
+    passed = None
+    if args.check_json:
+        data = json.loads(Path(args.check_json).read_text())
+        passed = {Config.from_dict(r["config"]).to_json() for r in data["results"]
+                  if r["validation"].get("status") == "passed"}
+    space = load_space("sm80")
+    rows: list[dict[str, Any]] = []
+    screening: list[dict[str, Any]] = []
+    for d in args.head_dims:
+        for causal in (False, True):
+            pool = candidates(d, causal, args.dtype, passed)
+            if not pool:
+                print(f"no candidates for D={d} causal={causal}", file=sys.stderr)
+                continue
+            b, h, length = parse_shape(args.screen_shape)
+            screen = Problem(b, h, h, length, length, d, args.dtype, causal)
+            named = {space.name_of(k.config): k for k in pool}
+            timings, errors = time_kernels(screen, named, False, rounds=3, round_ms=10)
+            for name, t in timings.items():
+                screening.append({"name": name, "shape": args.screen_shape, "causal": causal,
+                                  "head_dim": d, "tflops": t.tflops(screen.flops),
+                                  "median_us": t.median_us, "rel_err_vs_sdpa": errors[name]})
+            ranked = sorted(timings, key=lambda n: timings[n].median_us)
+            ranked = [n for n in ranked if errors[n] < 2e-2][: args.top]
+            for shape in args.shapes:
+                b, h, length = parse_shape(shape)
+                problem = Problem(b, h, h, length, length, d, args.dtype, causal)
+                top = {n: named[n] for n in ranked}
+                timings2, errors2 = time_kernels(problem, top, True, rounds=9, round_ms=40)
+                sdpa = timings2["sdpa_default"].tflops(problem.flops)
+                flash = timings2["sdpa_flash"].tflops(problem.flops)
+                for rank, name in enumerate(ranked):
+                    t = timings2[name]
+                    rows.append({
+                        "dtype": args.dtype, "head_dim": d, "batch": b, "heads": h,
+                        "seqlen": length, "causal": causal,
+                        "config": named[name].config.as_dict(), "name": name,
+                        "screen_rank": rank + 1, "tflops": round(t.tflops(problem.flops), 1),
+                        "median_us": round(t.median_us, 2), "p20_us": round(t.p20_us, 2),
+                        "p80_us": round(t.p80_us, 2),
+                        "sdpa_default_tflops": round(sdpa, 1), "sdpa_flash_tflops": round(flash, 1),
+                        "rel_err_vs_sdpa": errors2[name],
+                    })
+    print(render_table(
+        ["D", "causal", "B,H,L", "config", "TFLOP/s", "SDPA default", "SDPA flash", "rel err"],
+        [[r["head_dim"], r["causal"], f"{r['batch']},{r['heads']},{r['seqlen']}", r["name"],
+          r["tflops"], r["sdpa_default_tflops"], r["sdpa_flash_tflops"],
+          f"{r['rel_err_vs_sdpa']:.1e}"] for r in rows]))
+    payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "command": " ".join(["python", *sys.argv]), "rows": rows,
+               "screening": screening}
+    Path(args.json).write_text(json.dumps(payload, indent=1, default=lambda x: None
+                                          if isinstance(x, float) and math.isnan(x) else x))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+// The launcher: one small pybind11 extension that loads cubins through the CUDA driver API and
+// launches them on the caller's stream with the params struct shared with the kernels.
+//
+// No torch types cross this boundary (tensors arrive as device addresses and element strides),
+// so the extension builds against any Python/torch. libcuda is opened with dlopen at first use:
+// the module imports on machines without a driver and says so when asked to load a kernel.
+//
+// Work happens in the device's primary context, the one the CUDA runtime (and so torch) uses.
+// Grid, block and dynamic shared memory come from the LaunchInfo each cubin exports, i.e. from
+// the kernel's own traits. cuLaunchKernel is asynchronous and capturable in CUDA graphs.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "../fwd_params.h"
+
+namespace py = pybind11;
+using cute_autotune::FwdParams;
+using cute_autotune::LaunchInfo;
+
+namespace {
+
+// The driver entry points we use, resolved by their versioned ABI names (the unsuffixed names
+// are kept by libcuda for old binaries and take 32-bit pointers).
+struct Driver {
+  decltype(&::cuInit) init;
+  decltype(&::cuGetErrorName) get_error_name;
+  decltype(&::cuGetErrorString) get_error_string;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain;
+  decltype(&::cuCtxGetCurrent) ctx_get_current;
+  decltype(&::cuCtxSetCurrent) ctx_set_current;
+  decltype(&::cuModuleLoad) module_load;
+  decltype(&::cuModuleGetFunction) module_get_function;
+  decltype(&::cuModuleGetGlobal) module_get_global;
+  decltype(&::cuMemcpyDtoH) memcpy_dtoh;
+  decltype(&::cuFuncSetAttribute) func_set_attribute;
+  decltype(&::cuFuncGetAttribute) func_get_attribute;
+  decltype(&::cuLaunchKernel) launch_kernel;
+};
+
+template <typename F>
+void resolve(void* lib, F& fn, const char* name) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (fn == nullptr) {
+    throw std::runtime_error(std::string("libcuda has no ") + name + "; the driver is too old");
+  }
+}
+
+const Driver& driver() {
+  static Driver d{};
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      failure = std::string("cannot load the CUDA driver (libcuda.so.1): ") + dlerror() +
+                ". cute-autotune runs kernels only on a machine with an NVIDIA GPU and driver.";
+      return;
+    }
+    try {
+      resolve(lib, d.init, "cuInit");
+      resolve(lib, d.get_error_name, "cuGetErrorName");
+      resolve(lib, d.get_error_string, "cuGetErrorString");
+      resolve(lib, d.device_get, "cuDeviceGet");
+      resolve(lib, d.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+      resolve(lib, d.ctx_get_current, "cuCtxGetCurrent");
+      resolve(lib, d.ctx_set_current, "cuCtxSetCurrent");
+      resolve(lib, d.module_load, "cuModuleLoad");
+      resolve(lib, d.module_get_function, "cuModuleGetFunction");
+      resolve(lib, d.module_get_global, "cuModuleGetGlobal_v2");
+      resolve(lib, d.memcpy_dtoh, "cuMemcpyDtoH_v2");
+      resolve(lib, d.func_set_attribute, "cuFuncSetAttribute");
+      resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
+      resolve(lib, d.launch_kernel, "cuLaunchKernel");
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) throw std::runtime_error(failure);
+  return d;
+}
+
+void check(CUresult status, const char* what) {
+  if (status == CUDA_SUCCESS) return;
+  const char* name = "CUDA_ERROR_UNKNOWN";
+  const char* text = "";
+  driver().get_error_name(status, &name);
+  driver().get_error_string(status, &text);
+  throw std::runtime_error(std::string(what) + " failed: " + name + " (" + text + ")");
+}
+
+// Makes the device's primary context current for a scope and restores the previous one.
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx) : ctx_(ctx) {
+    check(driver().ctx_get_current(&previous_), "cuCtxGetCurrent");
+    if (previous_ != ctx_) check(driver().ctx_set_current(ctx_), "cuCtxSetCurrent");
+  }
+  ~ScopedContext() {
+    if (previous_ != ctx_ && previous_ != nullptr) driver().ctx_set_current(previous_);
+  }
+
+ private:
+  CUcontext ctx_;
+  CUcontext previous_ = nullptr;
+};
+
+class Kernel {
+ public:
+  Kernel(const std::string& cubin_path, int device) : path_(cubin_path), device_(device) {
+    const Driver& d = driver();
+    check(d.init(0), "cuInit");
+    CUdevice dev;
+    check(d.device_get(&dev, device), "cuDeviceGet");
+    check(d.primary_ctx_retain(&ctx_, dev), "cuDevicePrimaryCtxRetain");
+    ScopedContext scope(ctx_);
+    check(d.module_load(&module_, cubin_path.c_str()), "cuModuleLoad");
+    check(d.module_get_function(&function_, module_, CUTE_AUTOTUNE_KERNEL_SYMBOL),
+          "cuModuleGetFunction(" CUTE_AUTOTUNE_KERNEL_SYMBOL ")");
+    CUdeviceptr info_ptr;
+    size_t info_bytes = 0;
+    check(d.module_get_global(&info_ptr, &info_bytes, module_, CUTE_AUTOTUNE_INFO_SYMBOL),
+          "cuModuleGetGlobal(" CUTE_AUTOTUNE_INFO_SYMBOL ")");
+    if (info_bytes != sizeof(LaunchInfo)) {
+      throw std::runtime_error(path_ + ": LaunchInfo has " + std::to_string(info_bytes) +
+                               " bytes, this launcher expects " +
+                               std::to_string(sizeof(LaunchInfo)));
+    }
+    check(d.memcpy_dtoh(&info_, info_ptr, sizeof(LaunchInfo)), "cuMemcpyDtoH(LaunchInfo)");
+    if (info_.abi_version != cute_autotune::kAbiVersion) {
+      throw std::runtime_error(path_ + ": built for params ABI " +
+                               std::to_string(info_.abi_version) + ", this launcher speaks " +
+                               std::to_string(cute_autotune::kAbiVersion) + "; rebuild it");
+    }
+    int max_threads = 0;
+    check(d.func_get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function_),
+          "cuFuncGetAttribute");
+    if (max_threads < info_.threads) {
+      throw std::runtime_error(path_ + ": kernel allows " + std::to_string(max_threads) +
+                               " threads per block, its LaunchInfo asks for " +
+                               std::to_string(info_.threads));
+    }
+    // Above 48 KB a kernel must opt in to dynamic shared memory, once per function.
+    if (info_.smem_bytes > 48 * 1024) {
+      check(d.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 info_.smem_bytes),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+  }
+
+  const LaunchInfo& info() const { return info_; }
+  int device() const { return device_; }
+  const std::string& path() const { return path_; }
+
+  // Tensor arguments arrive as device addresses and element strides ([batch, head, row]);
+  // shapes are (B, H, L, D) logically. Validation of the tensors is the caller's job (Python
+  // knows the torch types); this checks what the kernel itself was built for.
+  void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
+              py::tuple q_strides, py::tuple k_strides, py::tuple v_strides,
+              py::tuple o_strides, int batch, int heads_q, int heads_kv, int seqlen_q,
+              int seqlen_k, int head_dim, int dtype, bool causal, double scale,
+              uintptr_t stream) const {
+    if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
+      throw std::invalid_argument(
+          "problem (head_dim=" + std::to_string(head_dim) + ", dtype=" + std::to_string(dtype) +
+          ", causal=" + std::to_string(causal) + ") does not match the kernel (head_dim=" +
+          std::to_string(info_.head_dim) + ", dtype=" + std::to_string(info_.dtype) +
+          ", causal=" + std::to_string(info_.causal) + ")");
+    }
+    if (batch < 1 || heads_q < 1 || heads_kv < 1 || seqlen_q < 1 || seqlen_k < 1 ||
+        heads_q % heads_kv != 0) {
+      throw std::invalid_argument("need batch, heads, seqlens >= 1 and heads_q % heads_kv == 0");
+    }
+    if (!(scale > 0.0) || !std::isfinite(scale)) {
+      throw std::invalid_argument("softmax scale must be finite and > 0");
+    }
+    FwdParams p{};
+    p.q = reinterpret_cast<const void*>(q);
+    p.k = reinterpret_cast<const void*>(k);
+    p.v = reinterpret_cast<const void*>(v);
+    p.o = reinterpret_cast<void*>(o);
+    p.lse = reinterpret_cast<float*>(lse);
+    unpack(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+    unpack(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+    unpack(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+    unpack(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = seqlen_k;
+    p.head_ratio = heads_q / heads_kv;
+    p.scale = static_cast<float>(scale);
+    p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // * log2(e)
+
+    unsigned grid[3];
+    cute_autotune::fwd_grid(info_, p, grid);
+    void* args[] = {&p};
+    ScopedContext scope(ctx_);
+    check(driver().launch_kernel(function_, grid[0], grid[1], grid[2], info_.threads, 1, 1,
+                                 info_.smem_bytes, reinterpret_cast<CUstream>(stream), args,
+                                 nullptr),
+          "cuLaunchKernel");
+  }
+
+ private:
+  static void unpack(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
+    if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
+    batch = t[0].cast<int64_t>();
+    head = t[1].cast<int64_t>();
+    row = t[2].cast<int64_t>();
+  }
+
+  std::string path_;
+  int device_;
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;  // kept for the life of the process with its Kernel
+  CUfunction function_ = nullptr;
+  LaunchInfo info_{};
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_cute_autotune_launcher, m) {
+  m.doc() = "Loads cute-autotune cubins through the CUDA driver and launches them.";
+  m.attr("ABI_VERSION") = cute_autotune::kAbiVersion;
+  py::class_<Kernel>(m, "Kernel")
+      .def(py::init<const std::string&, int>(), py::arg("cubin_path"), py::arg("device"))
+      .def_property_readonly("device", &Kernel::device)
+      .def_property_readonly("path", &Kernel::path)
+      .def_property_readonly("family", [](const Kernel& k) { return k.info().family; })
+      .def_property_readonly("head_dim", [](const Kernel& k) { return k.info().head_dim; })
+      .def_property_readonly("dtype", [](const Kernel& k) { return k.info().dtype; })
+      .def_property_readonly("causal", [](const Kernel& k) { return k.info().causal != 0; })
+      .def_property_readonly("block_m", [](const Kernel& k) { return k.info().block_m; })
+      .def_property_readonly("block_n", [](const Kernel& k) { return k.info().block_n; })
+      .def_property_readonly("threads", [](const Kernel& k) { return k.info().threads; })
+      .def_property_readonly("smem_bytes", [](const Kernel& k) { return k.info().smem_bytes; })
+      .def("launch", &Kernel::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+           py::arg("lse"), py::arg("q_strides"), py::arg("k_strides"), py::arg("v_strides"),
+           py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"), py::arg("heads_kv"),
+           py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"), py::arg("dtype"),
+           py::arg("causal"), py::arg("scale"), py::arg("stream"));
+}

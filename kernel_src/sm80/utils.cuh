@@ -1,0 +1,123 @@
+// Small device helpers of the sm80 family: predicated tile copies, the two register-layout
+// views of an MMA accumulator, type conversion, and the two GEMM loops.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+namespace cute_autotune::sm80 {
+
+using namespace cute;
+
+// Copy a (CPY, CPY_ROWS, CPY_COLS) partition row by row. Rows at or beyond `valid_rows` are not
+// read (they may lie past the end of the sequence) and, when kClearInvalid, are zero-filled in
+// shared memory: V rows past the sequence end meet P == 0 in P V, and 0 * garbage can be NaN.
+template <bool kClearInvalid, typename TiledCopy, typename SrcTensor, typename DstTensor,
+          typename CoordTensor>
+__forceinline__ __device__ void copy_rows(TiledCopy const& tiled_copy, SrcTensor const& src,
+                                          DstTensor&& dst, CoordTensor const& coords,
+                                          int valid_rows) {
+  CUTE_STATIC_ASSERT_V(rank(src) == Int<3>{});
+  CUTE_STATIC_ASSERT_V(size<1>(src) == size<1>(dst));
+  CUTE_STATIC_ASSERT_V(size<2>(src) == size<2>(dst));
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(src); ++m) {
+    if (get<0>(coords(0, m, 0)) < valid_rows) {
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(src); ++k) {
+        cute::copy(tiled_copy, src(_, m, k), dst(_, m, k));
+      }
+    } else if constexpr (kClearInvalid) {
+      cute::clear(dst(_, m, _));
+    }
+  }
+}
+
+// (MMA=4, MMA_M, MMA_N) accumulator -> (rows=(2, MMA_M), cols=(2, MMA_N)): the 4 values a lane
+// holds per m16n8 tile are 2 rows (8 apart) x 2 adjacent columns.
+template <typename Layout>
+__forceinline__ __device__ auto accum_rowcol(Layout acc_layout) {
+  static_assert(decltype(size<0>(acc_layout))::value == 4);
+  static_assert(decltype(rank(acc_layout))::value == 3);
+  auto l = logical_divide(acc_layout, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+
+// (MMA=4, MMA_M, MMA_N) accumulator of S -> ((4, 2), MMA_M, MMA_N / 2) A operand of P V. For
+// m16n8k16 the C fragments of two neighbouring n8 tiles hold exactly the A fragment of one k16
+// step, so P stays in the registers it was computed in.
+template <typename Layout>
+__forceinline__ __device__ auto accum_as_operand_a(Layout acc_layout) {
+  static_assert(decltype(size<0>(acc_layout))::value == 4);
+  static_assert(decltype(rank(acc_layout))::value == 3);
+  auto l = logical_divide(acc_layout, Shape<Underscore, Underscore, _2>{});
+  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+}
+
+// Element-wise conversion of a register fragment into a new fragment of the same layout.
+template <typename To, typename Engine, typename Layout>
+__forceinline__ __device__ auto convert_fragment(Tensor<Engine, Layout> const& src) {
+  using From = typename Engine::value_type;
+  constexpr int kNumel = decltype(size(src))::value;
+  Tensor dst = make_tensor<To>(src.layout());
+  cutlass::NumericArrayConverter<To, From, kNumel> convert;
+  *reinterpret_cast<cutlass::Array<To, kNumel>*>(dst.data()) =
+      convert(*reinterpret_cast<cutlass::Array<From, kNumel> const*>(src.data()));
+  return dst;
+}
+
+// acc += A B over the K mode of the fragments. B streams from shared memory one k16 slice ahead
+// of the MMAs (the ldmatrix of slice k+1 overlaps the MMAs of slice k); `load_a(k)` does the
+// same for A when A lives in shared memory, and nothing when A is already in registers (Q kept
+// in registers, or P reused from the score accumulator).
+template <typename Acc, typename FragA, typename FragB, typename SmemB, typename TiledMma,
+          typename ThrCopyB, typename CopyB, typename LoadA>
+__forceinline__ __device__ void gemm_rs(Acc& acc, FragA const& tCrA, FragB& tCrB,
+                                        SmemB const& tXsB, TiledMma const& mma,
+                                        CopyB const& s2r_copy_b, ThrCopyB const& s2r_thr_copy_b,
+                                        LoadA&& load_a) {
+  Tensor tXrB = s2r_thr_copy_b.retile_D(tCrB);
+  CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(acc));   // MMA_M
+  CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(acc));   // MMA_N
+  CUTE_STATIC_ASSERT_V(size<2>(tCrA) == size<2>(tCrB));  // MMA_K
+  CUTE_STATIC_ASSERT_V(size<1>(tXsB) == size<1>(tXrB));
+  load_a(_0{});
+  cute::copy(s2r_copy_b, tXsB(_, _, _0{}), tXrB(_, _, _0{}));
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tCrA); ++k) {
+    if (k < size<2>(tCrA) - 1) {
+      load_a(k + 1);
+      cute::copy(s2r_copy_b, tXsB(_, _, k + 1), tXrB(_, _, k + 1));
+    }
+    cute::gemm(mma, tCrA(_, _, k), tCrB(_, _, k), acc);
+  }
+}
+
+// Row max / row sum over a (rows, cols) register view, then across the 4 lanes of a quad that
+// share each row.
+template <typename Tensor0, typename Tensor1>
+__forceinline__ __device__ void quad_row_max(Tensor0 const& rowcol, Tensor1& row_max) {
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(rowcol); ++mi) {
+    float m = row_max(mi);
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(rowcol); ++ni) { m = fmaxf(m, rowcol(mi, ni)); }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    row_max(mi) = m;
+  }
+}
+
+template <typename Tensor1>
+__forceinline__ __device__ void quad_allreduce_sum(Tensor1& row_sum) {
+  CUTE_UNROLL
+  for (int mi = 0; mi < size(row_sum); ++mi) {
+    float s = row_sum(mi);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    row_sum(mi) = s;
+  }
+}
+
+}  // namespace cute_autotune::sm80
