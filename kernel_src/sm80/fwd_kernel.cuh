@@ -1,6 +1,6 @@
 // FlashAttention-2 forward on the SM80 instruction path (cp.async, ldmatrix, mma.sync m16n8k16),
-// one CTA per (query tile, query head, batch). Device code only: the __global__ entry and its
-// LaunchInfo come from fwd_entry.cuh, instantiated once per generated translation unit.
+// one CTA per (query tile, query head, batch). fwd_tile is the device code; the macro at the
+// end defines the __global__ entry and its LaunchInfo, once per generated translation unit.
 //
 // Contract (see fwd_params.h): any Lq, Lk >= 1 (tails by predicated loads with zero fill and
 // guarded stores), strided rows/heads/batches, GQA/MQA through head_ratio, optional LSE.
