@@ -49,9 +49,8 @@ def _parse(source: str) -> ast.expr:
 def names_in(source: str) -> set[str]:
     """The free names an expression refers to (function names excluded)."""
     node = _parse(source)
-    called = {
-        n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-    }
+    called = {n.func.id for n in ast.walk(node)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - called
 
 
@@ -79,7 +78,7 @@ def _eval(node: ast.expr, env: Mapping[str, Any], source: str) -> Any:
         return any(_eval(v, env, source) for v in node.values)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env, source)
-        for op, comparator in zip(node.ops, node.comparators):
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
             if type(op) not in _COMPARE:
                 raise ExpressionError(f"comparison {type(op).__name__} not allowed in {source!r}")
             right = _eval(comparator, env, source)

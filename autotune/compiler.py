@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,8 @@ def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEnt
     )
 
 
-def lookup(config: Config, target: Target, cache: ArtifactCache | None = None) -> BuildResult | None:
+def lookup(config: Config, target: Target,
+           cache: ArtifactCache | None = None) -> BuildResult | None:
     """The cached build of a valid config, or None. Runs no subprocess."""
     space = load_space(config.family)
     if space.violations(config, target):
@@ -177,7 +178,7 @@ def compile_config(config: Config, target: Target | None = None,
         "ptxas": report.as_dict(),
         "launch_info": info.as_dict(),
         "compile_seconds": round(seconds, 3),
-        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text})
     return _result_from_entry(config, target, key, entry, cached=False)

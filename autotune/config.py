@@ -6,9 +6,9 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
-Value = Union[int, bool, str]
+Value = int | bool | str
 
 
 class InvalidConfig(ValueError):
@@ -20,7 +20,7 @@ class InvalidConfig(ValueError):
         super().__init__("; ".join(self.reasons))
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, eq=False)
 class Config:
     """The template parameters of one kernel instance of one family.
 
@@ -58,6 +58,17 @@ class Config:
         except json.JSONDecodeError as exc:
             raise InvalidConfig([f"not valid JSON: {exc}"]) from None
         return cls.from_dict(data)
+
+    # Identity is the canonical JSON: in Python `0 == False`, but a config with q_in_regs=0 is a
+    # different (and invalid) config from one with q_in_regs=false, and has another digest.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    def __lt__(self, other: Config) -> bool:
+        return self.to_json() < other.to_json()
 
     def __getitem__(self, name: str) -> Value:
         for key, value in self.values:

@@ -41,7 +41,8 @@ def read_launch_info(cubin: bytes | Path) -> LaunchInfo:
         raise CubinError("not a 64-bit little-endian ELF cubin")
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]
     # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
     for sec in sections:
         if sec[1] != 2:  # SHT_SYMTAB

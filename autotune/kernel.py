@@ -60,7 +60,8 @@ class CompiledKernel:
         if problem.space_values() != expected:
             raise InputError(f"problem {problem.describe()} does not match kernel {expected}")
         if q.device != torch.device("cuda", self.device):
-            raise InputError(f"tensors are on {q.device}, this kernel is loaded on cuda:{self.device}")
+            raise InputError(f"tensors are on {q.device}, this kernel is loaded on "
+                             f"cuda:{self.device}")
         if out is None:
             out = torch.empty_like(q)
         if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:

@@ -65,7 +65,11 @@ class Problem:
         return asdict(self)
 
     def describe(self) -> str:
-        heads = f"H{self.heads_q}" if self.heads_q == self.heads_kv else f"H{self.heads_q}/{self.heads_kv}"
-        seq = f"L{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"Lq{self.seqlen_q} Lk{self.seqlen_k}"
+        heads = f"H{self.heads_q}"
+        if self.heads_kv != self.heads_q:
+            heads += f"/{self.heads_kv}"
+        seq = f"L{self.seqlen_q}"
+        if self.seqlen_k != self.seqlen_q:
+            seq = f"Lq{self.seqlen_q} Lk{self.seqlen_k}"
         mask = " causal" if self.causal else ""
         return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}"

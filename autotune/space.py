@@ -110,7 +110,8 @@ class Space:
         for c in self.constraints:
             unknown = _expr.names_in(c.expr) - known
             if unknown:
-                raise ValueError(f"{self.source}: constraint {c.expr!r} uses unknown {sorted(unknown)}")
+                raise ValueError(f"{self.source}: constraint {c.expr!r} uses unknown "
+                                 f"{sorted(unknown)}")
 
     @classmethod
     def from_file(cls, path: Path) -> Space:
@@ -138,7 +139,8 @@ class Space:
         `violations(config, target)`.
         """
         if config.family != self.family:
-            raise InvalidConfig([f"config is of family {config.family!r}, not {self.family!r}"], config)
+            raise InvalidConfig([f"config is of family {config.family!r}, not {self.family!r}"],
+                                config)
         given = dict(config.values)
         reasons = [f"unknown parameter {k!r}" for k in given if k not in self.params]
         for p in self.params.values():
@@ -187,19 +189,21 @@ class Space:
         unknown = set(fixed) - set(self.params)
         if unknown:
             raise InvalidConfig([f"unknown parameter {k!r}" for k in sorted(unknown)])
-        axes = []
+        axes: list[tuple[Value, ...]] = []
         for p in self.params.values():
             if p.name in fixed:
                 if not _same_kind(fixed[p.name], p.values):
-                    raise InvalidConfig([f"{p.name} = {fixed[p.name]!r} is not one of {list(p.values)}"])
+                    raise InvalidConfig(
+                        [f"{p.name} = {fixed[p.name]!r} is not one of {list(p.values)}"])
                 axes.append((fixed[p.name],))
             else:
                 axes.append(p.values)
         names = list(self.params)
         for combo in itertools.product(*axes):
-            yield Config.make(self.family, dict(zip(names, combo)))
+            yield Config.make(self.family, dict(zip(names, combo, strict=True)))
 
-    def valid_configs(self, target: Target, fixed: Mapping[str, Value] | None = None) -> list[Config]:
+    def valid_configs(self, target: Target,
+                      fixed: Mapping[str, Value] | None = None) -> list[Config]:
         return [c for c in self.all_configs(fixed) if self.is_valid(c, target)]
 
     # -- rendering --------------------------------------------------------------------------

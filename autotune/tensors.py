@@ -61,7 +61,7 @@ def operand(name: str, t: torch.Tensor) -> Operand:
     if t.data_ptr() % ALIGN_BYTES:
         raise InputError(f"{name}: data pointer must be {ALIGN_BYTES}-byte aligned")
     strides = (t.stride(0), t.stride(1), t.stride(2))
-    for axis, stride in zip(("batch", "head", "row"), strides):
+    for axis, stride in zip(("batch", "head", "row"), strides, strict=True):
         if (stride * elem) % ALIGN_BYTES:
             raise InputError(f"{name}: {axis} stride {stride} is not a multiple of "
                              f"{ALIGN_BYTES // elem} elements ({ALIGN_BYTES} bytes)")

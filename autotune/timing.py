@@ -81,12 +81,13 @@ def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int
 
     samples: dict[str, list[float]] = {name: [] for name in prepared}
     with torch.cuda.stream(stream):
-        for name, (run, _) in prepared.items():
+        for run, _ in prepared.values():
             run()  # one untimed pass of each graph
         stream.synchronize()
         for _ in range(rounds):
             for name, (run, calls) in prepared.items():
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
                 start.record()
                 run()
                 end.record()

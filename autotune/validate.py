@@ -144,8 +144,9 @@ def make_inputs(case: Case, problem: Problem, generator: torch.Generator,
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-def _poisoned_outputs(q: torch.Tensor, problem: Problem, layout: str, want_lse: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def _poisoned_outputs(
+    q: torch.Tensor, problem: Problem, layout: str, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(out, out_storage, lse, lse_storage): NaN everywhere, views with NaN padding around."""
     import torch
 
@@ -185,7 +186,8 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
         out, storage, lse, lse_storage = _poisoned_outputs(q, problem, case.layout, case.want_lse)
         try:
             run(q, k, v, out=out, lse=lse, scale=scale, layout=case.layout)
-            torch.cuda.synchronize(device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
         except Exception as exc:  # a launch error is this case's result
             return fail(f"launch failed: {type(exc).__name__}: {exc}")
         results.append((out, storage, lse, lse_storage))
@@ -203,7 +205,7 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
             return fail("a write landed past the end of LSE")
     out2, _, lse2, _ = results[1]
     same = torch.equal(out.view(torch.int16), out2.view(torch.int16))
-    if lse is not None:
+    if lse is not None and lse2 is not None:
         same = same and torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
     if not same:
         return fail("two launches on the same inputs differ (a race)")

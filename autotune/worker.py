@@ -105,7 +105,8 @@ class GpuWorker:
             self._conn.close()
         self._proc = self._conn = None
 
-    def request(self, task: str, payload: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    def request(self, task: str, payload: dict[str, Any],
+                timeout: float = 120.0) -> dict[str, Any]:
         startup = 0.0
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:

@@ -61,7 +61,7 @@ def make_sets(problem: Problem, n: int) -> list[tuple[torch.Tensor, ...]]:
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm((a.float() - b.float())) /
+    return float(torch.linalg.vector_norm(a.float() - b.float()) /
                  torch.linalg.vector_norm(b.float()))
 
 
@@ -80,7 +80,8 @@ def time_kernels(problem: Problem, kernels: dict[str, CompiledKernel], with_sdpa
         errors[name] = rel_err(out, expected)
         fns[name] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
     if with_sdpa:
-        fns["sdpa_default"] = lambda i: F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal)
+        fns["sdpa_default"] = lambda i: F.scaled_dot_product_attention(*sets[i][:3],
+                                                                       is_causal=causal)
 
         def flash(i: int) -> torch.Tensor:
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -140,7 +141,8 @@ def main() -> int:
                         "screen_rank": rank + 1, "tflops": round(t.tflops(problem.flops), 1),
                         "median_us": round(t.median_us, 2), "p20_us": round(t.p20_us, 2),
                         "p80_us": round(t.p80_us, 2),
-                        "sdpa_default_tflops": round(sdpa, 1), "sdpa_flash_tflops": round(flash, 1),
+                        "sdpa_default_tflops": round(sdpa, 1),
+                        "sdpa_flash_tflops": round(flash, 1),
                         "rel_err_vs_sdpa": errors2[name],
                     })
     print(render_table(

@@ -1,0 +1,147 @@
+"""Compile-only tests with the real nvcc (no GPU needed): a handful of configs, kept small."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune import compiler
+from autotune._paths import kernel_src_dir
+from autotune.cache import ArtifactCache
+from autotune.compiler import BuildResult, compile_config, compile_many, lookup
+from autotune.config import Config
+from autotune.cubin import read_launch_info
+from autotune.space import Space, load_space
+from autotune.target import target_for_arch
+
+pytestmark = pytest.mark.nvcc
+H200 = target_for_arch("sm_90")
+
+
+def sm80(d: int, dtype: str, causal: bool, bm: int, bn: int, w: int, stages: int, swizzle: int,
+         q_in_regs: bool) -> Config:
+    return load_space("sm80").config(head_dim=d, dtype=dtype, causal=causal, block_m=bm,
+                                     block_n=bn, num_warps=w, kv_stages=stages, swizzle=swizzle,
+                                     q_in_regs=q_in_regs)
+
+
+# (config, spills expected): fp16 and bf16, causal, 3 stages, Q in registers, D=256, and the
+# FlashAttention-2 default tile for D=128, which spills a little at 255 registers.
+HANDFUL = [
+    (sm80(128, "fp16", True, 128, 128, 8, 2, 0, False), False),
+    (sm80(64, "bf16", False, 128, 64, 8, 3, 0, False), False),
+    (sm80(128, "fp16", True, 64, 128, 4, 3, 3, True), False),
+    (sm80(256, "fp16", True, 64, 64, 4, 2, 3, False), False),
+    (sm80(128, "fp16", False, 128, 64, 4, 2, 3, False), True),
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[BuildResult]]]:
+    root = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUTE_AUTOTUNE_CACHE", str(root))
+    results = compile_many([c for c, _ in HANDFUL], H200, jobs=2, cache=ArtifactCache(root))
+    yield root, results
+    mp.undo()
+
+
+def test_handful_compiles_with_the_expected_spills(built: tuple[Path, list[BuildResult]]) -> None:
+    _, results = built
+    for (_, spills), result in zip(HANDFUL, results, strict=True):
+        assert result.ok, result.message
+        assert result.ptxas is not None and result.ptxas.registers <= 255
+        assert result.ptxas.spills == spills, (result.name, result.ptxas)
+        assert result.ptxas.arch == "sm_90" and result.seconds > 0 and not result.cached
+
+
+def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[BuildResult]]) -> None:
+    space = load_space("sm80")
+    for result in built[1]:
+        assert result.cubin is not None
+        info = read_launch_info(result.cubin)
+        derived = space.derived_values(result.config, H200)
+        config = result.config
+        assert info == result.launch_info
+        assert (info.abi_version, info.family) == (1, 80)
+        assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
+        assert (info.block_m, info.block_n, info.head_dim) == (
+            config["block_m"], config["block_n"], config["head_dim"])
+        assert info.dtype == {"fp16": 0, "bf16": 1}[str(config["dtype"])]
+        assert info.causal == int(bool(config["causal"]))
+
+
+def test_cache_hit_and_miss(built: tuple[Path, list[BuildResult]],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    root, results = built
+    cache = ArtifactCache(root)
+    config = results[0].config
+    again = compile_config(config, H200, cache)
+    assert again.cached and again.cubin == results[0].cubin and again.key == results[0].key
+    # The key moves with the target, the kernel sources and the compiler flags.
+    assert lookup(config, target_for_arch("sm_80"), cache) is None
+    assert lookup(config.replace(swizzle=3), H200, cache) is None
+    monkeypatch.setattr(compiler, "NVCC_FLAGS", [*compiler.NVCC_FLAGS, "-lineinfo"])
+    assert lookup(config, H200, cache) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(Space, "source_hash", lambda self: "0" * 16)
+    assert lookup(config, H200, cache) is None
+    monkeypatch.undo()
+    assert lookup(config, H200, cache) is not None
+    # A damaged entry is a miss, not a crash.
+    (results[0].cubin.parent / "build.json").write_text("{broken")  # type: ignore[union-attr]
+    assert lookup(config, H200, cache) is None
+
+
+def test_generated_source_is_kept_with_the_artifact(built: tuple[Path, list[BuildResult]]) -> None:
+    result = built[1][1]
+    assert result.cubin is not None
+    sources = list(result.cubin.parent.glob("*.cu"))
+    assert [p.name for p in sources] == [f"{result.name}.cu"]
+    assert result.config.to_json() in sources[0].read_text()
+
+
+def test_pruned_config_never_reaches_nvcc(tmp_path: Path) -> None:
+    impossible = load_space("sm80").config(head_dim=128, dtype="fp16", causal=False, block_m=64,
+                                           block_n=64, num_warps=8, kv_stages=2, swizzle=3,
+                                           q_in_regs=False)
+    start = time.perf_counter()
+    result = compile_config(impossible, H200, ArtifactCache(tmp_path))
+    assert result.status == "invalid" and time.perf_counter() - start < 1.0
+    assert "multiple of 16 * num_warps" in result.message
+    assert not (tmp_path / "cubins").exists()
+
+
+def test_impossible_config_fails_at_nvcc_with_the_static_assert(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pretend the Python check missed it: the traits' static_assert must still say why.
+    monkeypatch.setattr(Space, "violations", lambda self, config, target: [])
+    impossible = Config.make("sm80", {"head_dim": 128, "dtype": "fp16", "causal": False,
+                                      "block_m": 64, "block_n": 64, "num_warps": 8,
+                                      "kv_stages": 2, "swizzle": 3, "q_in_regs": False})
+    result = compile_config(impossible, H200, ArtifactCache(tmp_path))
+    assert result.status == "compile_error"
+    assert ("static_assert: block_m must be a multiple of 16 * num_warps (each warp owns 16-row "
+            "MMA slabs)") in result.message
+
+
+def test_nvcc_timeout_is_a_result(tmp_path: Path) -> None:
+    config = HANDFUL[0][0]
+    result = compile_config(config, H200, ArtifactCache(tmp_path), timeout=0.5, force=True)
+    assert result.status == "timeout" and "did not finish" in result.message
+
+
+def test_static_asserts_mirror_every_space_constraint() -> None:
+    """Each constraint message of the space (but the swizzle policy and the device limit, which
+    depend on the target) appears verbatim in a static_assert of the traits."""
+    traits = (kernel_src_dir() / "sm80" / "traits.cuh").read_text()
+    asserted = " ".join(re.findall(r'static_assert\([^;]*?"((?:[^"]|"\s*")*)"\);', traits, re.S))
+    asserted = re.sub(r'"\s*"', "", asserted)
+    for constraint in load_space("sm80").constraints:
+        if "swizzle is either" in constraint.message:
+            continue  # a policy of the space (partial swizzles are dominated), not a limit
+        assert constraint.message in asserted, constraint.message

@@ -1,0 +1,40 @@
+"""A non-editable install must carry kernel_src/ and search_spaces/ inside the package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from autotune.space import load_space
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
+                    str(wheels)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("cute_autotune-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("autotune/kernel_src/fwd_params.h", "autotune/kernel_src/sm80/traits.cuh",
+                     "autotune/kernel_src/sm80/fwd_kernel.cuh",
+                     "autotune/kernel_src/launcher/launcher.cpp",
+                     "autotune/search_spaces/sm80.toml"):
+        assert required in names, required
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True, capture_output=True)
+    probe = ("import json, autotune, autotune._paths as p; from autotune.space import load_space;"
+             "s = load_space('sm80'); print(json.dumps([autotune.__file__, "
+             "str(p.kernel_src_dir()), s.source_hash()]))")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, cwd=tmp_path, env=env).stdout
+    module, kernel_src, source_hash = json.loads(out)
+    assert module.startswith(str(site)) and kernel_src.startswith(str(site))
+    # Same sources, same hash: an installed copy shares the artifact cache with a checkout.
+    assert source_hash == load_space("sm80").source_hash()

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune.config import Config, InvalidConfig
+from autotune.space import Space, load_space, validate_config
+from autotune.target import target_for_arch
+
+H200 = target_for_arch("sm_90")
+
+
+@pytest.fixture
+def space() -> Space:
+    return load_space("sm80")
+
+
+def base(space: Space, **changes: object) -> Config:
+    values = {"head_dim": 128, "dtype": "fp16", "causal": False, "block_m": 128, "block_n": 64,
+              "num_warps": 4, "kv_stages": 2, "swizzle": 3, "q_in_regs": False}
+    values.update(changes)
+    return Config.make("sm80", values)  # type: ignore[arg-type]
+
+
+def test_valid_config_counts_on_sm90(space: Space) -> None:
+    counts = {
+        (d, dtype): len(space.valid_configs(H200, {"head_dim": d, "dtype": dtype}))
+        for d in (32, 64, 96, 128, 256) for dtype in ("fp16", "bf16")
+    }
+    # Both causal values, hence even numbers; the counts follow from the constraints in
+    # search_spaces/sm80.toml (see the docstring of each constraint) and are pinned so that a
+    # change to the space is a visible decision.
+    assert counts[(128, "fp16")] == 180 and counts[(64, "bf16")] == 216
+    assert counts[(32, "fp16")] == 192 and counts[(96, "fp16")] == 180
+    assert counts[(256, "fp16")] == 96
+    assert all(counts[(d, "fp16")] == counts[(d, "bf16")] for d in (32, 64, 96, 128, 256))
+
+
+def test_every_constraint_can_fire(space: Space) -> None:
+    cases = {
+        "each warp owns 16-row": base(space, block_m=64, num_warps=8),
+        "rows one tiled copy moves": base(space, head_dim=32, block_m=128, num_warps=8,
+                                          block_n=32, swizzle=2),
+        "swizzle is either 0": base(space, swizzle=2),
+        "exceeds the device limit": base(space, head_dim=256, block_m=128, block_n=128,
+                                         num_warps=8, kv_stages=3),
+        "224 registers": base(space, block_n=128),
+    }
+    for fragment, config in cases.items():
+        reasons = space.violations(config, H200)
+        assert any(fragment in r for r in reasons), (fragment, reasons)
+
+
+def test_smaller_devices_prune_more(space: Space) -> None:
+    config = base(space, head_dim=128, block_m=64, block_n=128, kv_stages=3, q_in_regs=True)
+    assert space.is_valid(config, H200)  # 208 KB of shared memory
+    assert "exceeds the device limit" in space.violations(config, target_for_arch("sm_86"))[0]
+
+
+def test_domain_errors_name_every_problem(space: Space) -> None:
+    broken = Config.make("sm80", {"head_dim": 100, "dtype": "fp8", "causal": 1, "block_m": 128,
+                                  "bogus": 3})
+    with pytest.raises(InvalidConfig) as info:
+        space.validate(broken)
+    text = "\n".join(info.value.reasons)
+    for fragment in ("unknown parameter 'bogus'", "missing parameter 'block_n'",
+                     "head_dim = 100", "dtype = 'fp8'", "causal = 1"):
+        assert fragment in text
+
+
+def test_validate_config_refuses_unknown_families() -> None:
+    with pytest.raises(InvalidConfig, match="unknown kernel family 'sm70'"):
+        validate_config(Config.make("sm70", {"head_dim": 64}))
+
+
+def test_rendering_uses_only_whitelisted_spellings(space: Space) -> None:
+    config = base(space, dtype="bf16", causal=True, q_in_regs=True)
+    assert space.traits_of(config) == (
+        "cute_autotune::sm80::FwdTraits<128, 128, 64, 4, 2, 3, true, cutlass::bfloat16_t, true>")
+    assert space.name_of(config) == "fwd_sm80_d128_bm128_bn64_w4_s2_sw3_qr_bf16_causal"
+    evil = Config.make("sm80", {**dict(config.values), "dtype": "half_t>; system(\"rm\");"})
+    with pytest.raises(InvalidConfig):
+        space.traits_of(evil)
+
+
+def test_derived_values_match_the_traits_formulas(space: Space) -> None:
+    derived = space.derived_values(base(space, kv_stages=3, q_in_regs=True), H200)
+    assert derived["smem_bytes"] == (128 + 2 * 3 * 64) * 128 * 2
+    assert derived["accum_regs"] == (128 * 64 + 128 * 128 + 128 * 128 // 2) // 128
+    assert derived["copy_rows"] == 16 and derived["threads"] == 128
+
+
+def test_space_file_errors_are_reported() -> None:
+    with pytest.raises(ValueError, match="uses unknown"):
+        Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
+               "traits": "T", "name": "n", "params": {"a": {"role": "tunable", "values": [1]}},
+               "constraints": [{"expr": "b > 1", "message": "m"}]})
