@@ -25,6 +25,10 @@ def search_spaces_dir() -> Path:
     return _data_dir("search_spaces")
 
 
+def db_dir() -> Path:
+    return _data_dir("db")
+
+
 def cache_dir() -> Path:
     """$CUTE_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/cute-autotune, else ~/.cache/cute-autotune."""
     override = os.environ.get("CUTE_AUTOTUNE_CACHE")

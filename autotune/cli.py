@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cli_tuning
 from ._table import render_table
 from .compiler import BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
 from .space import load_space
+from .store.schema import SchemaError
 from .target import Target, default_target, target_for_arch
 from .toolchain import ToolchainError, toolchain
 
@@ -405,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, default=128, choices=[64, 128])
     p.add_argument("--causal", action="store_true")
     p.set_defaults(func=cmd_demo)
+    cli_tuning.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
     p.add_argument("--family", default="sm80")
     p.add_argument("--arch")
@@ -419,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (InvalidConfig, ToolchainError, ValueError) as exc:
+    except (InvalidConfig, ToolchainError, ValueError, SchemaError) as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

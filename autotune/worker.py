@@ -20,26 +20,10 @@ ERROR = "error"
 STARTUP_ALLOWANCE_S = 180.0
 
 
-def _task_validate(payload: dict[str, Any]) -> dict[str, Any]:
-    from .compiler import compile_config
-    from .config import Config
-    from .kernel import CompiledKernel
-    from .target import Target
-    from .validate import validate
-
-    config = Config.from_json(payload["config"])
-    build = compile_config(config, Target(**payload["target"]))  # a cache hit: built beforehand
-    if not build.ok:
-        return {"status": build.status, "reason": build.message}
-    kernel = CompiledKernel(build, payload["device"])
-    report = validate(kernel, head_dim=int(config["head_dim"]), dtype=str(config["dtype"]),
-                      causal=bool(config["causal"]), device=f"cuda:{payload['device']}",
-                      seed=payload.get("seed"))
-    return {"status": "passed" if report.passed else "failed", "reason": report.summary(),
-            "report": report.as_dict()}
-
-
-TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"validate": _task_validate}
+# name -> function(payload) -> reply. Filled by the task modules a worker imports at start
+# (DEFAULT_TASK_MODULES), so that the spawned process knows them too.
+TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+DEFAULT_TASK_MODULES = ("autotune.gpu_tasks",)
 
 
 def register_task(name: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
@@ -57,9 +41,13 @@ def _context_is_healthy() -> bool:
         return False
 
 
-def _serve(conn: Connection, device: int) -> None:
+def _serve(conn: Connection, device: int, task_modules: tuple[str, ...]) -> None:
+    import importlib
+
     import torch
 
+    for module in task_modules:
+        importlib.import_module(module)
     torch.cuda.set_device(device)
     while True:
         try:
@@ -82,8 +70,10 @@ def _serve(conn: Connection, device: int) -> None:
 
 
 class GpuWorker:
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int = 0,
+                 task_modules: tuple[str, ...] = DEFAULT_TASK_MODULES) -> None:
         self.device = device
+        self.task_modules = task_modules
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self.restarts = 0
@@ -91,7 +81,8 @@ class GpuWorker:
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.device), daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(child, self.device, self.task_modules),
+                                 daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent

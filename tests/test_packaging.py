@@ -23,18 +23,24 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
     for required in ("autotune/kernel_src/fwd_params.h", "autotune/kernel_src/sm80/traits.cuh",
                      "autotune/kernel_src/sm80/fwd_kernel.cuh",
                      "autotune/kernel_src/launcher/launcher.cpp",
-                     "autotune/search_spaces/sm80.toml"):
+                     "autotune/search_spaces/sm80.toml",
+                     "autotune/search_spaces/shapes/llm-prefill.toml",
+                     "autotune/db/migrations/env.py",
+                     "autotune/db/migrations/versions/0_1_0_initial.py"):
         assert required in names, required
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(site), str(wheel)], check=True, capture_output=True)
     probe = ("import json, autotune, autotune._paths as p; from autotune.space import load_space;"
+             "from autotune.store.schema import open_engine, current_revision;"
+             f"e = open_engine('sqlite:///{tmp_path}/probe.db');"
              "s = load_space('sm80'); print(json.dumps([autotune.__file__, "
-             "str(p.kernel_src_dir()), s.source_hash()]))")
+             "str(p.kernel_src_dir()), s.source_hash(), current_revision(e)]))")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, cwd=tmp_path, env=env).stdout
-    module, kernel_src, source_hash = json.loads(out)
+    module, kernel_src, source_hash, revision = json.loads(out)
+    assert revision == "0.1.0"  # the migrations ship with the package
     assert module.startswith(str(site)) and kernel_src.startswith(str(site))
     # Same sources, same hash: an installed copy shares the artifact cache with a checkout.
     assert source_hash == load_space("sm80").source_hash()

@@ -1,0 +1,262 @@
+"""`cute-autotune tune | best | list | export | import | db`: the tuning-database commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._table import render_table
+from .problem import Problem
+from .search import Progress, SearchSettings, TuneOutcome
+from .shapes import load_shape_set
+from .store.records import BestRecord
+from .store.repo import BrokenRow, TuningStore
+from .store.schema import default_url, make_engine, upgrade
+
+
+def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads-q", type=int, required=required)
+    p.add_argument("--heads-kv", type=int, help="default: --heads-q (MHA)")
+    p.add_argument("--seqlen-q", type=int, required=required)
+    p.add_argument("--seqlen-k", type=int, help="default: --seqlen-q")
+    p.add_argument("--head-dim", type=int, required=required)
+    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    p.add_argument("--causal", action="store_true")
+
+
+def problem_from_args(args: argparse.Namespace) -> Problem:
+    return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
+                   args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype, args.causal)
+
+
+def _fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "" if x is None else f"{x:{spec}}{suffix}"
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .space import load_space
+    from .tuning import open_backend, tune
+
+    if args.shapes:
+        problems = load_shape_set(args.shapes)
+    elif args.heads_q and args.seqlen_q and args.head_dim:
+        problems = [problem_from_args(args)]
+    else:
+        print("tune needs a shape (--heads-q --seqlen-q --head-dim ...) or --shapes SET",
+              file=sys.stderr)
+        return 2
+    if not args.replay:
+        from .cli import _gpu_available
+
+        if not _gpu_available():
+            print("cute-autotune tune times kernels on a CUDA GPU and none is visible here "
+                  "(--replay RECORDING serves recorded measurements instead).", file=sys.stderr)
+            return 2
+    settings = SearchSettings(sampler=args.sampler, seed=args.seed, trials=args.trials,
+                              time_budget_s=args.time_budget, batch_size=args.batch_size,
+                              rerank_top=args.rerank_top, reuse=not args.no_reuse)
+    space = load_space("sm80")
+    rows: list[list[Any]] = []
+    outcomes: list[TuneOutcome] = []
+    bar = tqdm(total=settings.trials, file=sys.stderr, disable=args.quiet, dynamic_ncols=True)
+
+    def on_progress(p: Progress) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"failed {p.failed} pruned {p.pruned} reused {p.reused} best "
+                            f"{_fmt(p.best_tflops())} TFLOP/s x{_fmt(p.speedup(), '.2f')} SDPA")
+
+    def on_outcome(o: TuneOutcome) -> None:
+        outcomes.append(o)
+        bar.reset()
+        name = space.name_of(o.best.config) if o.best else "(none passed)"
+        rows.append([o.problem.describe(), name, _fmt(o.tflops()),
+                     _fmt(o.speedup("default"), ".2f", "x"), _fmt(o.speedup("flash"), ".2f", "x"),
+                     f"{o.evaluated}+{o.reused} ({o.failed} failed, {o.pruned} pruned)",
+                     o.total_trials])
+
+    backend = open_backend(args.replay)
+    try:
+        for i, problem in enumerate(problems):
+            bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
+            tune(problem, db=args.db, backend=backend, settings=settings,
+                 on_progress=on_progress, on_outcome=on_outcome)
+    finally:
+        bar.close()
+        backend.close()
+    print(render_table(["problem", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
+                        "this session", "trials"], rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps([outcome_json(o) for o in outcomes], indent=1))
+    return 0 if all(o.best for o in outcomes) else 1
+
+
+def outcome_json(o: TuneOutcome) -> dict[str, Any]:
+    return {**o.problem.as_dict(), "family": o.best.config.family if o.best else None,
+            "config": o.best.config.as_dict() if o.best else None, "tflops": o.tflops(),
+            "median_us": o.best.median_us if o.best else None,
+            "sdpa": {k: {"median_us": b.median_us, "tflops": o.problem.flops / b.median_us / 1e6}
+                     for k, b in o.baselines.items()},
+            "sdpa_default_tflops": _tflops(o, "default"), "sdpa_flash_tflops": _tflops(o, "flash"),
+            "speedup_vs_default": o.speedup("default"), "speedup_vs_flash": o.speedup("flash"),
+            "trials": o.total_trials, "evaluated_now": o.evaluated, "failed_now": o.failed,
+            "pruned_now": o.pruned, "study": o.study, "device": o.device.as_dict()}
+
+
+def _tflops(o: TuneOutcome, backend: str) -> float | None:
+    base = o.baselines.get(backend)
+    return o.problem.flops / base.median_us / 1e6 if base else None
+
+
+# -- best / list --------------------------------------------------------------------------------
+
+
+def _record_row(r: BestRecord) -> list[Any]:
+    from .space import load_space
+
+    return [r.device.name, r.problem.describe(), load_space(r.config.family).name_of(r.config),
+            _fmt(r.tflops), _fmt(r.speedup_vs_default, ".2f", "x"),
+            _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source]
+
+
+def _record_json(r: BestRecord) -> dict[str, Any]:
+    return {"device": r.device.as_dict(), "problem": r.problem.as_dict(),
+            "config": r.config.as_dict(), "median_us": r.median_us, "tflops": r.tflops,
+            "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
+            "speedup_vs_default": r.speedup_vs_default, "speedup_vs_flash": r.speedup_vs_flash,
+            "trials": r.trials, "source": r.source, "study": r.study}
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from .tuning import best_config
+
+    problem = problem_from_args(args)
+    answer = best_config(problem, db=args.db, device=args.device, nearest=not args.exact)
+    if answer is None:
+        print(f"no tuned config for {problem.describe()}"
+              f"{'' if args.exact else ' nor for any problem of its dtype, head dim and mask'}"
+              f" in {args.db or default_url()}", file=sys.stderr)
+        return 1
+    r = answer.record
+    if answer.match == "exact":
+        print(f"exact match: {problem.describe()} on {r.device.name}")
+    else:
+        print(f"no exact match for {problem.describe()}; nearest tuned problem is "
+              f"{r.problem.describe()} on {r.device.name} (distance {answer.distance:.2f})")
+    print(f"config: {r.config.to_json()}")
+    print(f"measured: {r.median_us:.1f} us, {r.tflops:.1f} TFLOP/s; SDPA default "
+          f"{_fmt(r.sdpa_default_us, '.1f', ' us')} ({_fmt(r.speedup_vs_default, '.2f', 'x')}), "
+          f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
+          f"{r.trials} trials, {r.source}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"match": answer.match,
+                                               "distance": answer.distance,
+                                               **_record_json(r)}, indent=1))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = TuningStore(args.db)
+    records = store.list_best(args.device)
+    print(render_table(["device", "problem", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
+                        "trials", "source"], [_record_row(r) for r in records]))
+    broken = store.broken_rows()
+    for reason in broken:
+        print(f"refused a stored row: {reason}", file=sys.stderr)
+    print(f"\n{len(records)} tuned problems in {store.url}")
+    return 0
+
+
+# -- export / import / db -----------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    data = TuningStore(args.db).export(args.device)
+    text = json.dumps(data, indent=1)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+        print(f"exported {len(data['results'])} results to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        data = json.loads(Path(args.file).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        counts = TuningStore(args.db).import_results(data, overwrite=args.overwrite)
+    except BrokenRow as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {counts['imported']} results; kept {counts['kept_existing']} existing "
+          f"(--overwrite replaces them)")
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    url = args.db or default_url()
+    before, after = upgrade(make_engine(url))
+    print(f"{url}: schema {before or '(new)'} -> {after}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
+    add_problem_args(p, required=False)
+    p.add_argument("--shapes", help="a shape set: a name in search_spaces/shapes or a TOML path")
+    p.add_argument("--trials", type=int, default=40, help="new configs to evaluate per shape")
+    p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget", type=float, help="seconds of search per shape")
+    p.add_argument("--batch-size", type=int, default=8, help="configs compiled per batch")
+    p.add_argument("--rerank-top", type=int, default=5)
+    p.add_argument("--no-reuse", action="store_true",
+                   help="time configs again even when the database has a measurement")
+    p.add_argument("--replay", help="serve measurements recorded by benchmarks/sweep.py "
+                   "instead of a GPU")
+    p.add_argument("--json", help="write the outcomes to this file")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("best", help="the best tuned config for a shape")
+    add_problem_args(p, required=True)
+    p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
+    p.add_argument("--exact", action="store_true", help="no nearest-shape fallback")
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_best)
+
+    p = sub.add_parser("list", help="every tuned problem in the database")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("export", help="tuned results as JSON")
+    p.add_argument("--device")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="import results exported by `export` (validated)")
+    p.add_argument("file")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace stored results of the same device and problem")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("db", help="database maintenance")
+    p.add_argument("action", choices=["upgrade"])
+    p.set_defaults(func=cmd_db)
+
+    for name in ("tune", "best", "list", "export", "import", "db"):
+        sub.choices[name].add_argument(
+            "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
+            "else a SQLite file in the cache directory)")

@@ -1,0 +1,295 @@
+"""The tuning loop of one problem: Optuna proposes, the space prunes, the backend compiles then
+validates and times, the store records, and a final re-timing of the finalists picks the winner.
+
+This is the one place where the pipeline is chained. Search strategy never compiles (the backend
+does), statically invalid configs never reach the backend, and compiling never overlaps timing:
+each batch is built first and timed after.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends import Backend
+from .compiler import NVCC_FLAGS, BuildResult
+from .config import Config
+from .problem import Problem
+from .space import Space, load_space
+from .store.records import BaselineTiming, DeviceInfo, TrialResult
+from .store.repo import TuningStore
+
+SAMPLERS = ("tpe", "grid", "random")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    sampler: str = "tpe"
+    seed: int = 0
+    trials: int = 40  # new configs to evaluate in this session (a resumed study adds to it)
+    time_budget_s: float | None = None
+    batch_size: int = 8  # configs compiled together before the GPU times them
+    rounds: int = 5
+    round_ms: float = 20.0
+    rerank_top: int = 5
+    rerank_rounds: int = 15
+    rerank_round_ms: float = 40.0
+    reuse: bool = True  # serve configs already measured on this device and build from the store
+    warm_start: int = 3  # best configs of the nearest tuned problems, tried first
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.trials < 1 or self.batch_size < 1 or self.rerank_top < 1:
+            raise ValueError("trials, batch_size and rerank_top must be >= 1")
+
+
+@dataclass
+class Progress:
+    """Counters of a running session, handed to the progress callback after every trial."""
+
+    problem: Problem
+    evaluated: int = 0
+    failed: int = 0
+    pruned: int = 0
+    reused: int = 0
+    best_us: float | None = None
+    sdpa_default_us: float | None = None
+    last: TrialResult | None = None
+
+    def best_tflops(self) -> float | None:
+        return self.problem.flops / (self.best_us * 1e-6) / 1e12 if self.best_us else None
+
+    def speedup(self) -> float | None:
+        if not self.best_us or not self.sdpa_default_us:
+            return None
+        return self.sdpa_default_us / self.best_us
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    problem: Problem
+    device: DeviceInfo
+    study: str
+    best: TrialResult | None
+    baselines: dict[str, BaselineTiming]
+    evaluated: int
+    failed: int
+    pruned: int
+    reused: int
+    total_trials: int
+    finalists: list[TrialResult] = field(default_factory=list)
+
+    def tflops(self) -> float | None:
+        return self.best.tflops(self.problem) if self.best else None
+
+    def speedup(self, backend: str = "default") -> float | None:
+        base = self.baselines.get(backend)
+        if not self.best or not self.best.median_us or not base:
+            return None
+        return base.median_us / self.best.median_us
+
+
+def problem_key(problem: Problem) -> str:
+    return (f"{problem.dtype}-d{problem.head_dim}-{'causal' if problem.causal else 'full'}"
+            f"-b{problem.batch}-hq{problem.heads_q}-hkv{problem.heads_kv}"
+            f"-lq{problem.seqlen_q}-lk{problem.seqlen_k}")
+
+
+def study_name(device: DeviceInfo, family: str, problem: Problem) -> str:
+    return f"{device.key}/{family}/{problem_key(problem)}"
+
+
+def _sampler(settings: SearchSettings, space: Space) -> Any:
+    import optuna
+
+    if settings.sampler == "grid":
+        grid = {p.name: list(p.values) for p in space.tunable_params}
+        return optuna.samplers.GridSampler(grid, seed=settings.seed)
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=settings.seed)
+    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, n_startup_trials=8)
+
+
+def _build_key(backend: Backend, config: Config) -> str | None:
+    key_of = getattr(backend, "build_key", None)
+    if key_of is not None:
+        return key_of(config)  # type: ignore[no-any-return]
+    from .cache import artifact_key
+    from .toolchain import toolchain
+
+    space = load_space(config.family)
+    return artifact_key(config, space.gencode_for(backend.target()), space.source_hash(),
+                        toolchain(), NVCC_FLAGS)
+
+
+def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
+                 settings: SearchSettings = SearchSettings(), *, family: str = "sm80",
+                 on_progress: Callable[[Progress], None] | None = None) -> TuneOutcome:
+    import optuna
+    from optuna.distributions import BaseDistribution, CategoricalDistribution
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space(family)
+    device, target = backend.device(), backend.target()
+    name = study_name(device, family, problem)
+    study = optuna.create_study(study_name=name, storage=store.url, direction="minimize",
+                                sampler=_sampler(settings, space), load_if_exists=True)
+    distributions: dict[str, BaseDistribution] = {
+        p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
+    fixed = problem.space_values()
+    valid = {c.digest for c in space.valid_configs(target, fixed)}
+    progress = Progress(problem)
+
+    baselines = store.latest_baselines(device, problem)
+    if "default" not in baselines:
+        measured = backend.baselines(problem)
+        store.record_baselines(device, problem, name, measured)
+        baselines = {b.backend: b for b in measured}
+    sdpa_default = baselines["default"].median_us if "default" in baselines else None
+    progress.sdpa_default_us = sdpa_default
+
+    # What this study already knows, by config digest: value (median us) or None for a failure.
+    known: dict[str, float | None] = {}
+    for t in study.get_trials(deepcopy=False):
+        digest = t.user_attrs.get("digest")
+        if digest and t.state == TrialState.COMPLETE:
+            known[digest] = t.value
+            if t.value is not None and (progress.best_us is None or t.value < progress.best_us):
+                progress.best_us = t.value
+        elif digest and t.state == TrialState.FAIL:
+            known.setdefault(digest, None)
+
+    if settings.warm_start:
+        near = store.nearest(device, problem)
+        seeds = [near[0].config] if near else []
+        for record in store.list_best(device):
+            if len(seeds) >= settings.warm_start:
+                break
+            if record.config.family == family and record.problem != problem and all(
+                    record.config[k] == v for k, v in fixed.items()):
+                seeds.append(record.config)
+        for config in dict.fromkeys(seeds):
+            if config.digest not in known:
+                study.enqueue_trial({p.name: config[p.name] for p in space.tunable_params},
+                                    skip_if_exists=True)
+
+    start = time.monotonic()
+
+    def out_of_time() -> bool:
+        return (settings.time_budget_s is not None
+                and time.monotonic() - start > settings.time_budget_s)
+
+    stale_asks = 0
+    while progress.evaluated < settings.trials and not out_of_time():
+        if len({d for d in known if d in valid}) >= len(valid):
+            break  # every valid config has been measured (or failed): nothing left to learn
+        pending: list[tuple[Any, Config]] = []
+        want = min(settings.batch_size, settings.trials - progress.evaluated)
+        while len(pending) < want and stale_asks < 200:
+            trial = study.ask(distributions)
+            config = space.config(**fixed, **trial.params)
+            trial.set_user_attr("digest", config.digest)
+            trial.set_user_attr("config", config.to_json())
+            reasons = space.violations(config, target)
+            if reasons:  # pruned statically: costs no compile and no GPU time
+                trial.set_user_attr("status", "invalid")
+                trial.set_user_attr("reason", "; ".join(reasons))
+                study.tell(trial, state=TrialState.PRUNED)
+                progress.pruned += 1
+                stale_asks += 1
+                continue
+            if config.digest in known or any(c.digest == config.digest for _, c in pending):
+                value = known.get(config.digest)
+                trial.set_user_attr("status", "repeat")
+                if value is None:
+                    study.tell(trial, state=TrialState.FAIL)
+                else:
+                    study.tell(trial, value)
+                stale_asks += 1
+                continue
+            if settings.reuse:
+                previous = store.find_trial(device, problem, config, _build_key(backend, config))
+                if previous is not None and previous.median_us is not None:
+                    trial.set_user_attr("status", "reused")
+                    study.tell(trial, previous.median_us)
+                    known[config.digest] = previous.median_us
+                    progress.reused += 1
+                    if progress.best_us is None or previous.median_us < progress.best_us:
+                        progress.best_us = previous.median_us
+                    continue
+            stale_asks = 0
+            pending.append((trial, config))
+        if not pending:
+            if stale_asks >= 200:
+                break  # the sampler keeps proposing what is known or invalid
+            continue
+
+        builds = backend.build([config for _, config in pending])  # compile phase
+        for (trial, config), build in zip(pending, builds, strict=True):  # timing phase
+            result = backend.evaluate(problem, build, rounds=settings.rounds,
+                                      round_ms=settings.round_ms)
+            store.record_trial(device, problem, result, build=build, study=name,
+                               phase="search", baseline_us=sdpa_default)
+            trial.set_user_attr("status", result.status)
+            if result.ok and result.median_us is not None:
+                study.tell(trial, result.median_us)
+                known[config.digest] = result.median_us
+                if progress.best_us is None or result.median_us < progress.best_us:
+                    progress.best_us = result.median_us
+            else:
+                trial.set_user_attr("reason", result.reason[:2000])
+                study.tell(trial, state=TrialState.FAIL)
+                known[config.digest] = None
+                progress.failed += 1
+            progress.evaluated += 1
+            progress.last = result
+            if on_progress:
+                on_progress(progress)
+
+    reranked = _rerank(problem, backend, store, settings, study, name, device, sdpa_default)
+    finalists = [result for result, _ in reranked]
+    winner = min(reranked, key=lambda rm: rm[0].median_us or math.inf) if reranked else None
+    best = winner[0] if winner else None
+    total = len([t for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
+    if winner is not None:
+        store.set_best(device, problem, winner[0], measurement_id=winner[1], study=name,
+                       trials=total, sdpa_default_us=sdpa_default,
+                       sdpa_flash_us=baselines["flash"].median_us if "flash" in baselines
+                       else None)
+    return TuneOutcome(problem, device, name, best, baselines, progress.evaluated,
+                       progress.failed, progress.pruned, progress.reused, total, finalists)
+
+
+def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
+            study: Any, name: str, device: DeviceInfo, sdpa_default: float | None
+            ) -> list[tuple[TrialResult, int]]:
+    """Re-time the top few distinct configs of the study together; the winner comes from these
+    measurements, not from a lucky search sample."""
+    from optuna.trial import TrialState
+
+    ranked: dict[str, tuple[float, Config]] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        digest, raw = t.user_attrs.get("digest"), t.user_attrs.get("config")
+        if digest and raw and t.value is not None:
+            if digest not in ranked or t.value < ranked[digest][0]:
+                ranked[digest] = (t.value, Config.from_json(raw))
+    top = [config for _, config in sorted(ranked.values(), key=lambda vc: vc[0])]
+    top = top[: settings.rerank_top]
+    if not top:
+        return []
+    builds: list[BuildResult] = [b for b in backend.build(top) if b.ok]
+    results = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
+                             round_ms=settings.rerank_round_ms)
+    final = []
+    for build, result in zip(builds, results, strict=True):
+        measurement_id = store.record_trial(device, problem, result, build=build, study=name,
+                                            phase="rerank", baseline_us=sdpa_default)
+        if result.ok:
+            final.append((result, measurement_id))
+    return final

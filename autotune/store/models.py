@@ -1,0 +1,175 @@
+"""SQLAlchemy 2 ORM models of the tuning database.
+
+Table names never collide with Optuna's RDB storage, which lives in the same database (studies,
+trials, ... and its own `alembic_version`); our migrations keep their revision in
+`cute_autotune_schema` for the same reason.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    __table_args__ = (
+        UniqueConstraint("name", "compute_capability", "sm_count", "driver_version",
+                         "cuda_version", name="uq_devices_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    compute_capability: Mapped[int] = mapped_column(Integer)  # 90 for sm_90
+    sm_count: Mapped[int] = mapped_column(Integer)
+    driver_version: Mapped[str] = mapped_column(String(32))
+    cuda_version: Mapped[str] = mapped_column(String(32))
+
+
+class KernelConfig(Base):
+    __tablename__ = "kernel_configs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    family: Mapped[str] = mapped_column(String(32))
+    digest: Mapped[str] = mapped_column(String(16), unique=True)
+    config_json: Mapped[str] = mapped_column(Text)  # canonical JSON (Config.to_json)
+
+
+class Build(Base):
+    __tablename__ = "builds"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("kernel_configs.id"))
+    artifact_key: Mapped[str] = mapped_column(String(64), unique=True)
+    arch: Mapped[str] = mapped_column(String(16))
+    nvcc_version: Mapped[str] = mapped_column(String(32))
+    cutlass_version: Mapped[str] = mapped_column(String(32))
+    kernel_source_hash: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+    registers: Mapped[int | None] = mapped_column(Integer)
+    spill_store_bytes: Mapped[int | None] = mapped_column(Integer)
+    spill_load_bytes: Mapped[int | None] = mapped_column(Integer)
+    stack_frame_bytes: Mapped[int | None] = mapped_column(Integer)
+    smem_bytes: Mapped[int | None] = mapped_column(Integer)
+    threads: Mapped[int | None] = mapped_column(Integer)
+    compile_seconds: Mapped[float | None] = mapped_column(Float)
+    artifact_digest: Mapped[str | None] = mapped_column(String(64))  # sha256 of the cubin
+
+    config: Mapped[KernelConfig] = relationship()
+
+
+class ProblemRow(Base):
+    __tablename__ = "problems"
+    __table_args__ = (
+        UniqueConstraint("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
+                         "head_dim", "causal", name="uq_problems_shape"),
+        CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dtype: Mapped[str] = mapped_column(String(8))
+    batch: Mapped[int] = mapped_column(Integer)
+    heads_q: Mapped[int] = mapped_column(Integer)
+    heads_kv: Mapped[int] = mapped_column(Integer)
+    seqlen_q: Mapped[int] = mapped_column(Integer)
+    seqlen_k: Mapped[int] = mapped_column(Integer)
+    head_dim: Mapped[int] = mapped_column(Integer)
+    causal: Mapped[bool] = mapped_column(Boolean)
+
+
+class Measurement(Base):
+    """One trial of one config on one problem and device: timed, or why it was not."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (Index("ix_measurements_lookup", "device_id", "problem_id", "config_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    config_id: Mapped[int] = mapped_column(ForeignKey("kernel_configs.id"))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id"))
+    study: Mapped[str] = mapped_column(String(200))
+    phase: Mapped[str] = mapped_column(String(16))  # "search" or "rerank"
+    status: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    median_us: Mapped[float | None] = mapped_column(Float)
+    p20_us: Mapped[float | None] = mapped_column(Float)
+    p80_us: Mapped[float | None] = mapped_column(Float)
+    rounds: Mapped[int | None] = mapped_column(Integer)
+    tflops: Mapped[float | None] = mapped_column(Float)
+    rel_err: Mapped[float | None] = mapped_column(Float)
+    max_abs_err: Mapped[float | None] = mapped_column(Float)
+    baseline_us: Mapped[float | None] = mapped_column(Float)  # SDPA default, same session
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    config: Mapped[KernelConfig] = relationship()
+    build: Mapped[Build | None] = relationship()
+
+
+class Baseline(Base):
+    """torch SDPA on a problem, per backend, measured in a tuning session."""
+
+    __tablename__ = "baselines"
+    __table_args__ = (Index("ix_baselines_lookup", "device_id", "problem_id", "backend"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    study: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(16))  # default, flash, efficient, cudnn
+    median_us: Mapped[float] = mapped_column(Float)
+    p20_us: Mapped[float] = mapped_column(Float)
+    p80_us: Mapped[float] = mapped_column(Float)
+    tflops: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BestConfig(Base):
+    """The winner of the latest tuning of a problem on a device, with its speed-ups."""
+
+    __tablename__ = "best_configs"
+    __table_args__ = (UniqueConstraint("device_id", "problem_id", name="uq_best_per_problem"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    config_id: Mapped[int] = mapped_column(ForeignKey("kernel_configs.id"))
+    measurement_id: Mapped[int | None] = mapped_column(ForeignKey("measurements.id"))
+    family: Mapped[str] = mapped_column(String(32))
+    study: Mapped[str] = mapped_column(String(200))
+    median_us: Mapped[float] = mapped_column(Float)
+    tflops: Mapped[float] = mapped_column(Float)
+    sdpa_default_us: Mapped[float | None] = mapped_column(Float)
+    sdpa_flash_us: Mapped[float | None] = mapped_column(Float)
+    speedup_vs_default: Mapped[float | None] = mapped_column(Float)
+    speedup_vs_flash: Mapped[float | None] = mapped_column(Float)
+    trials: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(32), default="tuned")  # tuned | imported
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
+                                                 onupdate=utcnow)
+
+    device: Mapped[Device] = relationship()
+    problem: Mapped[ProblemRow] = relationship()
+    config: Mapped[KernelConfig] = relationship()

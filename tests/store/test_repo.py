@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.space import load_space
+from autotune.store.records import BaselineTiming, DeviceInfo, TrialResult
+from autotune.store.repo import BrokenRow, TuningStore, problem_distance
+
+H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+OTHER_DRIVER = DeviceInfo("NVIDIA H200", 90, 132, "590.1", "13.1")
+A100 = DeviceInfo("NVIDIA A100-SXM4-80GB", 80, 108, "580.1", "13.0")
+P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
+
+
+def cfg(problem: Problem = P, **tile: object) -> Config:
+    values = {"block_m": 128, "block_n": 64, "num_warps": 4, "kv_stages": 2, "swizzle": 3,
+              "q_in_regs": False, **tile}
+    return load_space("sm80").config(**problem.space_values(), **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TuningStore:
+    return TuningStore(f"sqlite:///{tmp_path}/t.db")
+
+
+def put_best(store: TuningStore, problem: Problem, us: float, device: DeviceInfo = H200,
+             **tile: object) -> Config:
+    config = cfg(problem, **tile)
+    result = TrialResult(config, "ok", median_us=us, p20_us=us, p80_us=us, rounds=9)
+    mid = store.record_trial(device, problem, result, build=None, study="s", phase="rerank",
+                             baseline_us=200.0)
+    store.set_best(device, problem, result, measurement_id=mid, study="s", trials=12,
+                   sdpa_default_us=200.0, sdpa_flash_us=420.0)
+    return config
+
+
+def test_trials_are_recorded_and_reused(store: TuningStore) -> None:
+    ok = TrialResult(cfg(), "ok", median_us=410.0, p20_us=405.0, p80_us=415.0, rounds=5,
+                     build_key=None)
+    failed = TrialResult(cfg(block_n=32), "crashed", "worker process died (exit code -11)")
+    store.record_trial(H200, P, ok, build=None, study="s", phase="search", baseline_us=200.0)
+    store.record_trial(H200, P, failed, build=None, study="s", phase="search", baseline_us=200.0)
+    again = store.find_trial(OTHER_DRIVER, P, cfg(), None)  # same GPU model, other driver
+    assert again is not None and again.reused and again.median_us == 410.0
+    assert store.find_trial(H200, P, cfg(block_n=32), None) is None  # failures are not reused
+    assert store.find_trial(A100, P, cfg(), None) is None
+    statuses = {(t["status"], t["reason"]) for t in store.trials(study="s")}
+    assert ("crashed", "worker process died (exit code -11)") in statuses
+
+
+def test_best_exact_nearest_and_per_device(store: TuningStore) -> None:
+    put_best(store, P, 400.0)
+    far = Problem(1, 16, 16, 16384, 16384, 128, "fp16", False)
+    put_best(store, far, 9000.0, block_n=32)
+    put_best(store, P, 700.0, device=A100, num_warps=8)
+    best = store.best(H200, P)
+    assert best is not None and best.median_us == 400.0 and best.speedup_vs_default == 0.5
+    assert best.speedup_vs_flash == pytest.approx(1.05)
+    assert store.best("NVIDIA A100-SXM4-80GB", P).config["num_warps"] == 8  # type: ignore[union-attr]
+    near = store.nearest(H200, Problem(2, 16, 16, 4096, 4096, 128, "fp16", False))
+    assert near is not None and near[0].problem == P and near[1] == pytest.approx(3.0)
+    assert store.nearest(H200, Problem(4, 16, 16, 2048, 2048, 128, "fp16", True)) is None
+    assert store.nearest(H200, Problem(4, 16, 16, 2048, 2048, 64, "fp16", False)) is None
+
+
+def test_distance_is_symmetric_in_log_space() -> None:
+    a = Problem(4, 16, 16, 2048, 2048, 128)
+    b = Problem(1, 16, 16, 8192, 8192, 128)
+    assert problem_distance(a, b) == problem_distance(b, a) == pytest.approx(2 + 2 + 2)
+    gqa = Problem(4, 16, 4, 2048, 2048, 128)
+    assert problem_distance(a, gqa) == pytest.approx(0.5 * 2)
+
+
+def test_broken_rows_are_refused_not_run(store: TuningStore) -> None:
+    put_best(store, P, 400.0)
+    with store.engine.begin() as c:  # someone edits the database by hand
+        c.exec_driver_sql("UPDATE kernel_configs SET config_json = "
+                          "replace(config_json, '\"block_m\":128', '\"block_m\":96')")
+    with pytest.raises(BrokenRow, match="not valid"):
+        store.best(H200, P)
+    assert store.list_best() == []
+    assert any("block_m = 96" in reason for reason in store.broken_rows())
+
+
+def test_export_import_round_trip(store: TuningStore, tmp_path: Path) -> None:
+    put_best(store, P, 400.0)
+    put_best(store, Problem(1, 32, 8, 8192, 8192, 64, "bf16", True), 1500.0, block_m=64)
+    data = json.loads(json.dumps(store.export()))
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    assert other.import_results(data) == {"imported": 2, "kept_existing": 0}
+    assert other.import_results(data) == {"imported": 0, "kept_existing": 2}
+    mine = {(r.problem, r.config, r.median_us, r.sdpa_default_us) for r in store.list_best()}
+    theirs = {(r.problem, r.config, r.median_us, r.sdpa_default_us) for r in other.list_best()}
+    assert mine == theirs
+    assert {r.source for r in other.list_best()} == {"imported"}
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda e: e["config"].update(block_m=96), "block_m = 96"),
+    (lambda e: e["config"].update(head_dim=64), "another problem class"),
+    (lambda e: e.update(median_us=-1), "median_us must be a positive number"),
+    (lambda e: e["problem"].update(heads_kv=5), "multiple of heads_kv"),
+    (lambda e: e.pop("device"), "entry #0"),
+])
+def test_import_validates_every_entry_and_imports_nothing_on_error(
+        store: TuningStore, tmp_path: Path, mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    put_best(store, P, 400.0)
+    put_best(store, Problem(8, 16, 16, 1024, 1024, 128, "fp16", False), 300.0)
+    data = store.export()
+    mutate(data["results"][0])
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    with pytest.raises(BrokenRow, match=fragment):
+        other.import_results(data)
+    assert other.list_best() == []
+
+
+def test_baselines_latest_wins(store: TuningStore) -> None:
+    store.record_baselines(H200, P, "s1", [BaselineTiming("default", 250, 249, 251)])
+    store.record_baselines(H200, P, "s2", [BaselineTiming("default", 230, 229, 231),
+                                           BaselineTiming("flash", 460, 455, 465)])
+    latest = store.latest_baselines(H200, P)
+    assert latest["default"].median_us == 230 and latest["flash"].median_us == 460
