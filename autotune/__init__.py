@@ -5,16 +5,22 @@ from __future__ import annotations
 from .compiler import BuildResult, compile_config, compile_many, lookup
 from .config import Config, InvalidConfig
 from .problem import Problem
+from .search import SearchSettings, TuneOutcome
 from .space import Space, families, load_space, validate_config
 from .target import Target, default_target, target_for_arch
+from .tuning import BestAnswer, best_config, tune
 
 __all__ = [
+    "BestAnswer",
     "BuildResult",
     "Config",
     "InvalidConfig",
     "Problem",
+    "SearchSettings",
     "Space",
     "Target",
+    "TuneOutcome",
+    "best_config",
     "compile_config",
     "compile_many",
     "default_target",
@@ -22,6 +28,7 @@ __all__ = [
     "load_space",
     "lookup",
     "target_for_arch",
+    "tune",
     "validate_config",
 ]
 

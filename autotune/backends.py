@@ -14,13 +14,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .compiler import OK, BuildResult, compile_many
+from .cache import artifact_key
+from .compiler import NVCC_FLAGS, OK, BuildResult, compile_many
 from .config import Config
 from .problem import Problem
 from .ptxas import PtxasReport
 from .space import load_space
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .target import Target, target_for_arch
+from .toolchain import toolchain
 
 
 class Backend(Protocol):
@@ -30,6 +32,10 @@ class Backend(Protocol):
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         """Compile ahead of timing (statically valid configs only)."""
+        ...
+
+    def build_key(self, config: Config) -> str:
+        """The key the build of `config` will have, without building it."""
         ...
 
     def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
@@ -92,6 +98,11 @@ class GpuBackend:
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         return compile_many(configs, self.target(), jobs=self._jobs)
+
+    def build_key(self, config: Config) -> str:
+        space = load_space(config.family)
+        return artifact_key(config, space.gencode_for(self.target()), space.source_hash(),
+                            toolchain(), NVCC_FLAGS)
 
     def _payload(self, problem: Problem, **extra: Any) -> dict[str, Any]:
         return {"problem": problem.as_dict(), "target": vars(self.target()), **extra}
@@ -187,8 +198,11 @@ class ReplayBackend:
             ptxas = PtxasReport("cute_autotune_fwd", self._target.arch, row["registers"], 0,
                                 row.get("spill_stores", 0), row.get("spill_loads", 0), 0, 1)
             results.append(BuildResult(config, self._target.arch, OK,
-                                       key=f"replay-{config.digest}", ptxas=ptxas))
+                                       key=self.build_key(config), ptxas=ptxas))
         return results
+
+    def build_key(self, config: Config) -> str:
+        return f"replay-{config.digest}"
 
     def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
         shape = self._shapes.get(problem)

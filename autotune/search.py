@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backends import Backend
-from .compiler import NVCC_FLAGS, BuildResult
+from .compiler import BuildResult
 from .config import Config
 from .problem import Problem
-from .space import Space, load_space
+from .space import load_space
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .store.repo import TuningStore
 
@@ -103,27 +103,15 @@ def study_name(device: DeviceInfo, family: str, problem: Problem) -> str:
     return f"{device.key}/{family}/{problem_key(problem)}"
 
 
-def _sampler(settings: SearchSettings, space: Space) -> Any:
+def _sampler(settings: SearchSettings) -> Any:
     import optuna
 
-    if settings.sampler == "grid":
-        grid = {p.name: list(p.values) for p in space.tunable_params}
-        return optuna.samplers.GridSampler(grid, seed=settings.seed)
-    if settings.sampler == "random":
+    # "grid" is a random sampler behind a queue holding every valid config (see tune_problem):
+    # Optuna's GridSampler enumerates the full product, invalid points included, and stops the
+    # study from inside `tell`, which ask-and-tell use does not allow.
+    if settings.sampler in ("grid", "random"):
         return optuna.samplers.RandomSampler(seed=settings.seed)
     return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, n_startup_trials=8)
-
-
-def _build_key(backend: Backend, config: Config) -> str | None:
-    key_of = getattr(backend, "build_key", None)
-    if key_of is not None:
-        return key_of(config)  # type: ignore[no-any-return]
-    from .cache import artifact_key
-    from .toolchain import toolchain
-
-    space = load_space(config.family)
-    return artifact_key(config, space.gencode_for(backend.target()), space.source_hash(),
-                        toolchain(), NVCC_FLAGS)
 
 
 def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
@@ -138,7 +126,7 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
     device, target = backend.device(), backend.target()
     name = study_name(device, family, problem)
     study = optuna.create_study(study_name=name, storage=store.url, direction="minimize",
-                                sampler=_sampler(settings, space), load_if_exists=True)
+                                sampler=_sampler(settings), load_if_exists=True)
     distributions: dict[str, BaseDistribution] = {
         p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
     fixed = problem.space_values()
@@ -164,7 +152,13 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
         elif digest and t.state == TrialState.FAIL:
             known.setdefault(digest, None)
 
-    if settings.warm_start:
+    if settings.sampler == "grid":
+        tunable = [p.name for p in space.tunable_params]
+        for config in space.valid_configs(target, fixed):
+            if config.digest not in known:
+                study.enqueue_trial({name: config[name] for name in tunable},
+                                    skip_if_exists=True)
+    elif settings.warm_start:
         near = store.nearest(device, problem)
         seeds = [near[0].config] if near else []
         for record in store.list_best(device):
@@ -207,13 +201,14 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
                 value = known.get(config.digest)
                 trial.set_user_attr("status", "repeat")
                 if value is None:
+                    trial.set_user_attr("reason", "an earlier trial of this config failed")
                     study.tell(trial, state=TrialState.FAIL)
                 else:
                     study.tell(trial, value)
                 stale_asks += 1
                 continue
             if settings.reuse:
-                previous = store.find_trial(device, problem, config, _build_key(backend, config))
+                previous = store.find_trial(device, problem, config, backend.build_key(config))
                 if previous is not None and previous.median_us is not None:
                     trial.set_user_attr("status", "reused")
                     study.tell(trial, previous.median_us)

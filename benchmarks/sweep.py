@@ -32,6 +32,7 @@ from autotune.toolchain import toolchain
 SHAPES = [
     ("fp16", 128, False, 4, 16, 16, 2048),
     ("fp16", 128, True, 4, 16, 16, 2048),
+    ("fp16", 128, False, 1, 16, 16, 8192),
     ("bf16", 64, True, 1, 16, 16, 8192),
     ("fp16", 64, False, 16, 16, 16, 512),
     ("bf16", 128, True, 2, 32, 8, 4096),
@@ -39,9 +40,10 @@ SHAPES = [
 ]
 
 
-def sweep_shape(problem: Problem, rounds: int, round_ms: float) -> dict[str, Any]:
+def sweep_shape(problem: Problem, rounds: int, round_ms: float,
+                limit: int | None = None) -> dict[str, Any]:
     space, target = load_space("sm80"), default_target()
-    configs = space.valid_configs(target, problem.space_values())
+    configs = space.valid_configs(target, problem.space_values())[:limit]
     builds = compile_many(configs, target)
     dtype = torch_dtype(problem.dtype)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -100,12 +102,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-ms", type=float, default=10.0)
     parser.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default all)")
+    parser.add_argument("--limit", type=int, help="only the first N configs of each shape (a smoke"
+                        " test; a recording for replay needs them all)")
     args = parser.parse_args()
     chosen = [SHAPES[i] for i in args.shapes] if args.shapes else SHAPES
     results = []
     for dtype, d, causal, b, hq, hkv, length in chosen:
         problem = Problem(b, hq, hkv, length, length, d, dtype, causal)
-        result = sweep_shape(problem, args.rounds, args.round_ms)
+        result = sweep_shape(problem, args.rounds, args.round_ms, args.limit)
         timed = [r for r in result["configs"] if "tflops" in r]
         best = max(timed, key=lambda r: r["tflops"])
         print(f"{problem.describe()}: {len(timed)}/{len(result['configs'])} timed, best "

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The H200 runs behind the committed evidence, one stage per device call (each < 10 minutes).
+# Run from the repository root on the GPU host, with .whl/ (fetch-wheels.sh) and the prebuilt
+# cubin cache .cubins/ carried; results land in $OUT.
+#   bash benchmarks/h200_evidence.sh tests   # GPU test suite; every sub-space check as JSON
+#   bash benchmarks/h200_evidence.sh bench   # throughput vs SDPA, compile throughput, sanitizers
+#   bash benchmarks/h200_evidence.sh sweep   # exhaustive timing sweep for the replay backend
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
+case "${1:?stage}" in
+tests)
+  CUTE_AUTOTUNE_EVIDENCE_DIR=/tmp/checks python3 -m pytest tests/gpu -v -rA 2>&1 | tee "$OUT/pytest_gpu_h200.txt" | grep -E "PASS|FAIL|ERROR|passed|failed" | tail -20
+  python3 benchmarks/merge_checks.py "$OUT/sm80_check_h200.json" /tmp/checks/*.json \
+    --command "python3 -m pytest tests/gpu (runs: cute-autotune check --head-dim D --dtype T --causal C --json ... per sub-space)"
+  ;;
+bench)
+  python3 benchmarks/sm80_throughput.py --check-json benchmarks/results/sm80_check_h200.json --json "$OUT/sm80_throughput_h200.json" 2>&1 | tee "$OUT/sm80_throughput_h200.txt"
+  python3 benchmarks/compile_throughput.py --configs 32 --json "$OUT/compile_throughput_h200.json" > /dev/null 2>&1; cat "$OUT/compile_throughput_h200.json"
+  for i in 0 1 2; do
+    cfg=$(python3 -c "import json,sys; print(json.dumps(json.load(open('benchmarks/configs/sanitize.json'))[$i]))")
+    for tool in racecheck synccheck; do
+      echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -4
+    done
+  done 2>&1 | tee "$OUT/sanitizer_h200.txt"
+  ;;
+sweep)
+  python3 benchmarks/sweep.py --json "$OUT/sweep_sm80_h200.json" 2>&1 | tee "$OUT/sweep_sm80_h200.txt"
+  ;;
+*) echo "unknown stage $1"; exit 2 ;;
+esac

@@ -1,0 +1,83 @@
+"""How many trials each sampler needs to come within 2% of the exhaustive best, measured on the
+recorded sweeps (benchmarks/sweep.py) through the real tuning loop on the replay backend.
+
+    python benchmarks/search_efficiency.py --recording benchmarks/results/sweep_sm80_h200.json \
+        --json benchmarks/results/search_efficiency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autotune._table import render_table
+from autotune.backends import ReplayBackend
+from autotune.search import Progress, SearchSettings, tune_problem
+from autotune.space import load_space
+from autotune.store.repo import TuningStore
+
+
+def trials_to_target(backend: ReplayBackend, problem: Any, sampler: str, seed: int,
+                     budget: int, target_us: float, workdir: Path) -> int | None:
+    store = TuningStore(f"sqlite:///{workdir}/{sampler}-{seed}-{abs(hash(problem))}.db")
+    reached: list[int] = []
+
+    def watch(p: Progress) -> None:
+        if not reached and p.best_us is not None and p.best_us <= target_us:
+            reached.append(p.evaluated)
+
+    tune_problem(problem, backend, store,
+                 SearchSettings(sampler=sampler, seed=seed, trials=budget, warm_start=0,
+                                rerank_top=1), on_progress=watch)
+    return reached[0] if reached else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recording", required=True)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--samplers", nargs="+", default=["tpe", "random"])
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+
+    backend = ReplayBackend(Path(args.recording))
+    space = load_space("sm80")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for problem in backend.problems:
+            valid = len(space.valid_configs(backend.target(), problem.space_values()))
+            recorded = backend._shapes[problem]["rows"].values()  # noqa: SLF001
+            best = min(r["median_us"] for r in recorded if r.get("median_us"))
+            for sampler in args.samplers:
+                for seed in range(args.seeds):
+                    n = trials_to_target(backend, problem, sampler, seed, valid, best * 1.02,
+                                         Path(tmp))
+                    rows.append({"shape": problem.describe(), "problem": problem.as_dict(),
+                                 "sampler": sampler, "valid_configs": valid, "seed": seed,
+                                 "trials_to_within_2pct": n,
+                                 "fraction_of_space": round(n / valid, 3) if n else None})
+                    print(f"{problem.describe()} {sampler} seed {seed}: {n}/{valid}",
+                          flush=True)
+    summary = []
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for sampler in args.samplers:
+            ns = [r["trials_to_within_2pct"] for r in rows
+                  if r["shape"] == shape and r["sampler"] == sampler]
+            valid = next(r["valid_configs"] for r in rows if r["shape"] == shape)
+            summary.append([shape, sampler, valid, statistics.median(ns), max(ns),
+                            f"{max(ns) / valid:.0%}"])
+    print(render_table(["shape", "sampler", "valid", "median trials", "worst", "worst/valid"],
+                       summary))
+    Path(args.json).write_text(json.dumps({"recording": args.recording,
+                                           "command": " ".join(["python", *sys.argv]),
+                                           "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""A short real tuning session on the GPU: compile pool, worker process, validation, timing,
+SDPA baselines, re-ranking, and the database afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.backends import GpuBackend
+from autotune.problem import Problem
+from autotune.search import SearchSettings
+from autotune.tuning import best_config, tune
+
+pytestmark = pytest.mark.gpu
+
+
+def test_short_session_on_one_small_shape(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/tune.db"
+    problem = Problem(2, 8, 8, 512, 512, 64, "fp16", True)
+    backend = GpuBackend()
+    try:
+        (outcome,) = tune(problem, db=db, backend=backend,
+                          settings=SearchSettings(trials=6, batch_size=3, rerank_top=3, seed=3))
+        device = backend.device()
+    finally:
+        backend.close()
+    assert outcome.best is not None and outcome.best.ok
+    assert outcome.evaluated == 6 and len(outcome.finalists) >= 1
+    assert {"default", "flash"} <= set(outcome.baselines)
+    assert 10 < (outcome.tflops() or 0) < 1000
+    answer = best_config(problem, db=db, device=device)
+    assert answer is not None and answer.match == "exact"
+    assert answer.record.config == outcome.best.config
+    assert answer.record.median_us == outcome.best.median_us
