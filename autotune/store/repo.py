@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -78,6 +78,20 @@ def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
     return config
 
 
+RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
+
+
+def _get_or_create(s: Session, model: type[RowT], identity: dict[str, Any],
+                   extra: dict[str, Any] | None = None) -> RowT:
+    """The row whose columns equal `identity`, created (with `extra`) if there is none."""
+    row = s.scalars(select(model).filter_by(**identity)).first()
+    if row is None:
+        row = model(**identity, **(extra or {}))
+        s.add(row)
+        s.flush()
+    return row
+
+
 class TuningStore:
     def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
         self.engine = engine or open_engine(url)
@@ -93,40 +107,16 @@ class TuningStore:
 
     @staticmethod
     def _device(s: Session, info: DeviceInfo) -> Device:
-        row = s.scalars(select(Device).filter_by(
-            name=info.name, compute_capability=info.compute_capability, sm_count=info.sm_count,
-            driver_version=info.driver_version, cuda_version=info.cuda_version)).first()
-        if row is None:
-            row = Device(name=info.name, compute_capability=info.compute_capability,
-                         sm_count=info.sm_count, driver_version=info.driver_version,
-                         cuda_version=info.cuda_version)
-            s.add(row)
-            s.flush()
-        return row
+        return _get_or_create(s, Device, info.as_dict())
 
     @staticmethod
     def _problem(s: Session, p: Problem) -> ProblemRow:
-        row = s.scalars(select(ProblemRow).filter_by(
-            dtype=p.dtype, batch=p.batch, heads_q=p.heads_q, heads_kv=p.heads_kv,
-            seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k, head_dim=p.head_dim,
-            causal=p.causal)).first()
-        if row is None:
-            row = ProblemRow(dtype=p.dtype, batch=p.batch, heads_q=p.heads_q, heads_kv=p.heads_kv,
-                             seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k, head_dim=p.head_dim,
-                             causal=p.causal)
-            s.add(row)
-            s.flush()
-        return row
+        return _get_or_create(s, ProblemRow, p.as_dict())
 
     @staticmethod
     def _config(s: Session, config: Config) -> KernelConfig:
-        row = s.scalars(select(KernelConfig).filter_by(digest=config.digest)).first()
-        if row is None:
-            row = KernelConfig(family=config.family, digest=config.digest,
-                               config_json=config.to_json())
-            s.add(row)
-            s.flush()
-        return row
+        return _get_or_create(s, KernelConfig, {"digest": config.digest},
+                              {"family": config.family, "config_json": config.to_json()})
 
     @staticmethod
     def _build(s: Session, config_row: KernelConfig, build: BuildResult) -> Build | None:
