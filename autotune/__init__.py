@@ -20,10 +20,13 @@ __all__ = [
     "Space",
     "Target",
     "TuneOutcome",
+    "attention",
     "best_config",
+    "configure",
     "compile_config",
     "compile_many",
     "default_target",
+    "explain",
     "families",
     "load_space",
     "lookup",
@@ -33,3 +36,15 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+_LAZY = {"attention": "attention", "explain": "attention", "configure": "attention"}
+
+
+def __getattr__(name: str) -> object:
+    # attention pulls in torch (and registers its custom op); `import autotune` for the CLI's
+    # compile-only commands should not pay for that.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .compiler import BuildResult
 from .config import Config
+from .cubin import read_launch_info
 from .launcher import launcher
 from .tensors import InputError, logical_bhld, operand, read_problem
 
@@ -26,7 +28,9 @@ def _load(cubin: str, device: int) -> Any:
     with _lock:
         kernel = _loaded.get(key)
         if kernel is None:
-            kernel = _loaded[key] = launcher().Kernel(cubin, device)
+            info = read_launch_info(Path(cubin))  # what the kernel's traits wrote
+            fields = tuple(info.as_dict().values())
+            kernel = _loaded[key] = launcher().Kernel(cubin, device, fields)
     return kernel
 
 

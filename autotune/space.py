@@ -92,6 +92,8 @@ class Space:
             self.constraints = tuple(
                 Constraint(c["expr"], c["message"]) for c in data.get("constraints", [])
             )
+            self._heuristic: dict[int, dict[str, Value]] = {
+                int(k): dict(v) for k, v in data.get("heuristic", {}).items()}
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{source}: malformed space file ({exc!r})") from None
         self.params: dict[str, Param] = {p.name: p for p in params}
@@ -205,6 +207,13 @@ class Space:
     def valid_configs(self, target: Target,
                       fixed: Mapping[str, Value] | None = None) -> list[Config]:
         return [c for c in self.all_configs(fixed) if self.is_valid(c, target)]
+
+    def heuristic(self, problem_values: Mapping[str, Value]) -> Config | None:
+        """The family's untuned default for a problem class (None if it has none)."""
+        tile = self._heuristic.get(int(problem_values["head_dim"]))
+        if tile is None:
+            return None
+        return self.validate(Config.make(self.family, {**problem_values, **tile}))
 
     # -- rendering --------------------------------------------------------------------------
 

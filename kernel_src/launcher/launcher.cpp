@@ -7,7 +7,11 @@
 //
 // Work happens in the device's primary context, the one the CUDA runtime (and so torch) uses.
 // Grid, block and dynamic shared memory come from the LaunchInfo each cubin exports, i.e. from
-// the kernel's own traits. cuLaunchKernel is asynchronous and capturable in CUDA graphs.
+// the kernel's own traits: the caller reads it from the cubin's ELF symbol (autotune/cubin.py)
+// and passes it in, and loading checks it against what the driver reports (the symbol's size,
+// the function's thread limit). Nothing here copies device memory or synchronises, so a
+// kernel can even be loaded while a CUDA graph is being captured; cuLaunchKernel is
+// asynchronous and capturable.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
@@ -39,7 +43,6 @@ struct Driver {
   decltype(&::cuModuleLoad) module_load;
   decltype(&::cuModuleGetFunction) module_get_function;
   decltype(&::cuModuleGetGlobal) module_get_global;
-  decltype(&::cuMemcpyDtoH) memcpy_dtoh;
   decltype(&::cuFuncSetAttribute) func_set_attribute;
   decltype(&::cuFuncGetAttribute) func_get_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
@@ -75,7 +78,6 @@ const Driver& driver() {
       resolve(lib, d.module_load, "cuModuleLoad");
       resolve(lib, d.module_get_function, "cuModuleGetFunction");
       resolve(lib, d.module_get_global, "cuModuleGetGlobal_v2");
-      resolve(lib, d.memcpy_dtoh, "cuMemcpyDtoH_v2");
       resolve(lib, d.func_set_attribute, "cuFuncSetAttribute");
       resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
       resolve(lib, d.launch_kernel, "cuLaunchKernel");
@@ -114,7 +116,9 @@ class ScopedContext {
 
 class Kernel {
  public:
-  Kernel(const std::string& cubin_path, int device) : path_(cubin_path), device_(device) {
+  Kernel(const std::string& cubin_path, int device, py::tuple info)
+      : path_(cubin_path), device_(device) {
+    unpack_info(info);
     const Driver& d = driver();
     check(d.init(0), "cuInit");
     CUdevice dev;
@@ -133,7 +137,6 @@ class Kernel {
                                " bytes, this launcher expects " +
                                std::to_string(sizeof(LaunchInfo)));
     }
-    check(d.memcpy_dtoh(&info_, info_ptr, sizeof(LaunchInfo)), "cuMemcpyDtoH(LaunchInfo)");
     if (info_.abi_version != cute_autotune::kAbiVersion) {
       throw std::runtime_error(path_ + ": built for params ABI " +
                                std::to_string(info_.abi_version) + ", this launcher speaks " +
@@ -142,7 +145,8 @@ class Kernel {
     int max_threads = 0;
     check(d.func_get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function_),
           "cuFuncGetAttribute");
-    if (max_threads < info_.threads) {
+    if (max_threads < info_.threads || info_.threads <= 0 || info_.block_m <= 0 ||
+        info_.smem_bytes < 0) {
       throw std::runtime_error(path_ + ": kernel allows " + std::to_string(max_threads) +
                                " threads per block, its LaunchInfo asks for " +
                                std::to_string(info_.threads));
@@ -211,6 +215,16 @@ class Kernel {
   }
 
  private:
+  // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
+  void unpack_info(const py::tuple& t) {
+    constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
+    if (t.size() != kFields) {
+      throw std::invalid_argument("LaunchInfo needs " + std::to_string(kFields) + " fields");
+    }
+    int* fields = reinterpret_cast<int*>(&info_);
+    for (size_t i = 0; i < kFields; ++i) fields[i] = t[i].cast<int>();
+  }
+
   static void unpack(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
     if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
     batch = t[0].cast<int64_t>();
@@ -232,7 +246,8 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
   m.doc() = "Loads cute-autotune cubins through the CUDA driver and launches them.";
   m.attr("ABI_VERSION") = cute_autotune::kAbiVersion;
   py::class_<Kernel>(m, "Kernel")
-      .def(py::init<const std::string&, int>(), py::arg("cubin_path"), py::arg("device"))
+      .def(py::init<const std::string&, int, py::tuple>(), py::arg("cubin_path"),
+           py::arg("device"), py::arg("launch_info"))
       .def_property_readonly("device", &Kernel::device)
       .def_property_readonly("path", &Kernel::path)
       .def_property_readonly("family", [](const Kernel& k) { return k.info().family; })

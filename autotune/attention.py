@@ -1,0 +1,177 @@
+"""`autotune.attention`: a drop-in for torch's scaled_dot_product_attention forward that runs the
+tuned CuTe kernel for the GPU and shape at hand.
+
+Misuse (inconsistent shapes, Hq % Hkv != 0, mixed devices or dtypes, an unknown layout) raises
+a ValueError naming the problem. Inputs that are valid attention but that the kernels cannot run
+(CPU tensors, fp32, an unsupported head dim, a non-contiguous head dimension, misaligned
+strides, inputs that require grad, an old GPU, no kernel for the problem) go to torch SDPA with
+a warning, once per reason; `strict=True` or CUTE_AUTOTUNE_STRICT=1 raises instead.
+
+It is also the custom op `torch.ops.cute_autotune.attention` with a fake implementation, so
+torch.compile(fullgraph=True) traces through it, and it can be captured in CUDA graphs (after a
+first call outside the capture has made the per-problem decision).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .dispatch import FALLBACK, Decision, Dispatcher
+from .problem import Problem
+from .space import load_space
+from .tensors import ALIGN_BYTES, LAYOUTS, InputError, logical_bhld
+
+if TYPE_CHECKING:
+    import torch
+
+STRICT_ENV = "CUTE_AUTOTUNE_STRICT"
+COMPILE_ENV = "CUTE_AUTOTUNE_COMPILE_ON_MISS"
+_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+class Unsupported(RuntimeError):
+    """Valid attention that the tuned kernels cannot run (raised in strict mode)."""
+
+
+_dispatcher: Dispatcher | None = None
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
+              use_shipped: bool = True) -> Dispatcher:
+    """Replace the process-wide dispatcher (and forget its decisions)."""
+    global _dispatcher
+    if compile_on_miss is None:
+        compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
+    with _lock:
+        _dispatcher = Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
+    return _dispatcher
+
+
+def dispatcher() -> Dispatcher:
+    return _dispatcher or configure()
+
+
+def _strict(strict: bool | None) -> bool:
+    return strict if strict is not None else os.environ.get(STRICT_ENV, "0") not in ("", "0")
+
+
+def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                layout: str) -> tuple[Problem | None, str | None]:
+    """(problem, None) when the kernels can run it, (problem or None, reason) when they cannot.
+    Raises ValueError for inputs that are not valid attention at all."""
+    if layout not in LAYOUTS:
+        raise InputError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise InputError(f"{name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise InputError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise InputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
+    b, hq, lq, d = qb.shape
+    if kb.shape != vb.shape:
+        raise InputError(f"k and v must have the same shape, got {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if kb.shape[0] != b or kb.shape[3] != d:
+        raise InputError(f"k/v batch and head dim must match q: q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)} ({layout})")
+    hkv, lk = kb.shape[1], kb.shape[2]
+    if min(b, hq, hkv, lq, lk, d) < 1:
+        raise InputError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if hq % hkv:
+        raise InputError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
+    dtype = _DTYPES.get(str(q.dtype))
+    if q.device.type != "cuda":
+        return None, f"tensors are on {q.device}; the kernels run on CUDA GPUs"
+    if dtype is None:
+        return None, f"dtype {q.dtype} is not supported (fp16 and bf16 are)"
+    problem = Problem(b, hq, hkv, lq, lk, d, dtype, bool(causal))
+    head_dims = load_space("sm80").params["head_dim"].values
+    if d not in head_dims:
+        return problem, f"head dim {d} is not one of {list(head_dims)}"
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        return problem, "an input requires grad and the kernels are forward-only"
+    elem = q.element_size()
+    for name, t in (("q", qb), ("k", kb), ("v", vb)):
+        if t.stride(3) != 1:
+            return problem, f"{name}'s head dimension is not contiguous"
+        if t.data_ptr() % ALIGN_BYTES or any((s * elem) % ALIGN_BYTES for s in t.stride()[:3]):
+            return problem, f"{name}'s data pointer or strides are not {ALIGN_BYTES}-byte aligned"
+    return problem, None
+
+
+def _fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+              scale: float | None, layout: str, return_lse: bool, reason: str,
+              strict: bool) -> Any:
+    if strict:
+        raise Unsupported(f"cute-autotune cannot run this attention: {reason} (strict mode)")
+    key = reason.split(":")[0]
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"cute-autotune: falling back to torch SDPA: {reason}", stacklevel=3)
+    from .sdpa import sdpa_call
+
+    out = sdpa_call("default", q, k, v, causal=causal, scale=scale, layout=layout)()
+    out = out if layout == "bhld" else out.transpose(1, 2)
+    if not return_lse:
+        return out
+    from .reference import reference_attention
+
+    _, lse = reference_attention(q.detach(), k.detach(), v.detach(), causal=causal,
+                                 scale=scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
+                                 layout=layout)
+    return out, lse
+
+
+def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+           scale: float | None, return_lse: bool, layout: str, strict: bool) -> Any:
+    problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
+    if reason is None and problem is not None:
+        decision = dispatcher().decide(problem, q.device.index or 0)
+        if decision.kernel is not None:
+            out, lse = decision.kernel(q, k, v, scale=scale, layout=layout,
+                                       return_lse=return_lse)
+            return (out, lse) if return_lse else out
+        reason = decision.reason
+    return _fallback(q, k, v, causal=causal, scale=scale, layout=layout,
+                     return_lse=return_lse, reason=reason or "unsupported", strict=strict)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: float | None = None, return_lse: bool = False, layout: str = "bhld",
+              strict: bool | None = None) -> Any:
+    """softmax(scale * Q K^T [+ causal mask]) V, forward only.
+
+    q: [B, Hq, Lq, D], k and v: [B, Hkv, Lk, D] (layout="bhld"), or [B, L, H, D]
+    (layout="blhd"), no copy either way. Hq must be a multiple of Hkv (GQA / MQA). Causal is
+    aligned bottom-right when Lq != Lk. Returns out (the layout of q), and with return_lse the
+    fp32 log-sum-exp [B, Hq, Lq] too.
+    """
+    import torch
+
+    strict_mode = _strict(strict)
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
+                                                     strict_mode)
+        return (out, lse) if return_lse else out
+    return _eager(q, k, v, causal=causal, scale=scale, return_lse=return_lse, layout=layout,
+                  strict=strict_mode)
+
+
+def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+            layout: str = "bhld") -> Decision:
+    """What `attention` would run for these inputs, and why."""
+    problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
+    if reason is not None or problem is None:
+        return Decision(FALLBACK, reason or "unsupported")
+    return dispatcher().decide(problem, q.device.index or 0)
+
+
+from . import _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention

@@ -1,0 +1,197 @@
+"""Decide which kernel runs a problem on a GPU, once per problem key, then remember it.
+
+Order: the exact problem tuned in the database; else the nearest tuned problem of the same
+dtype, head dim and causality (store.repo.problem_distance); else the family's built-in
+heuristic for the head dim; else torch SDPA (fallback), with the reason. A chosen config that is
+not compiled yet is compiled now (unless compile-on-miss is off, then the next option is
+tried). The first use of a database on a GPU it knows nothing of imports the shipped results
+of that GPU from db/ (tuning more adds to the user's database).
+
+After the first call per key the decision is a dict lookup: no database query, no file I/O, no
+compile; each cubin is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._paths import db_dir
+from .compiler import compile_config, lookup
+from .config import Config
+from .kernel import CompiledKernel
+from .problem import Problem
+from .space import load_space
+from .store.records import DeviceInfo
+from .store.repo import BrokenRow, TuningStore
+from .target import Target, target_for_device
+
+EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
+FAMILY = "sm80"
+
+
+@dataclass(frozen=True)
+class Decision:
+    path: str  # exact | nearest | heuristic | fallback
+    reason: str
+    config: Config | None = None
+    tuned_problem: Problem | None = None  # the database problem the config was tuned on
+    distance: float = 0.0
+    measured_us: float | None = None  # on tuned_problem
+    measured_tflops: float | None = None
+    speedup_vs_sdpa: float | None = None
+    kernel: CompiledKernel | None = field(default=None, compare=False, repr=False)
+
+    def describe(self) -> str:
+        if self.config is None:
+            return f"fallback to torch SDPA: {self.reason}"
+        name = load_space(self.config.family).name_of(self.config)
+        tuned = self.tuned_problem.describe() if self.tuned_problem else ""
+        where = {EXACT: "tuned for this problem", HEURISTIC: "built-in default for this head dim",
+                 NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})"}[self.path]
+        speed = (f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
+                 if self.measured_tflops and self.speedup_vs_sdpa else "")
+        return f"{self.path}: {name}, {where}{speed}"
+
+
+def device_info(index: int) -> DeviceInfo:
+    """Identity of a GPU for lookups: model, compute capability and SM count."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return DeviceInfo(props.name, props.major * 10 + props.minor, props.multi_processor_count,
+                      "", str(torch.version.cuda))
+
+
+def shipped_results() -> list[dict[str, Any]]:
+    """The pre-tuned result files shipped in db/ (JSON exports)."""
+    found = []
+    for path in sorted(db_dir().glob("*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+class Dispatcher:
+    def __init__(self, db: str | None = None, *, compile_on_miss: bool = True,
+                 use_shipped: bool = True) -> None:
+        self.db = db
+        self.compile_on_miss = compile_on_miss
+        self.use_shipped = use_shipped
+        self._memo: dict[tuple[Any, ...], Decision] = {}
+        self._lock = threading.Lock()
+        self._store: TuningStore | None = None
+        self._seeded: set[str] = set()
+        self.db_queries = 0  # for tests: a repeated call must not touch the database
+
+    def store(self) -> TuningStore:
+        if self._store is None:
+            self._store = TuningStore(self.db)
+        return self._store
+
+    def _seed_from_shipped(self, device: DeviceInfo) -> None:
+        """Import the shipped results of this GPU model if the database has none of it."""
+        if not self.use_shipped or device.name in self._seeded:
+            return
+        self._seeded.add(device.name)
+        store = self.store()
+        if store.list_best(device):
+            return
+        for document in shipped_results():
+            entries = [e for e in document.get("results", [])
+                       if e.get("device", {}).get("name") == device.name
+                       and e.get("device", {}).get("sm_count") == device.sm_count]
+            if entries:
+                try:
+                    store.import_results({**document, "results": entries})
+                except BrokenRow:
+                    continue  # a damaged shipped file must not stop attention from running
+
+    def decide(self, problem: Problem, device_index: int) -> Decision:
+        key = (device_index, problem)
+        decision = self._memo.get(key)
+        if decision is None:
+            with self._lock:
+                decision = self._memo.get(key)
+                if decision is None:
+                    decision = self._decide(problem, device_index)
+                    self._memo[key] = decision
+        return decision
+
+    def _candidates(self, problem: Problem, device: DeviceInfo) -> list[Decision]:
+        space = load_space(FAMILY)
+        options: list[Decision] = []
+        try:
+            self.db_queries += 1
+            self._seed_from_shipped(device)
+            store = self.store()
+            exact = store.best(device, problem)
+            if exact is not None:
+                options.append(Decision(EXACT, "tuned for this problem", exact.config,
+                                        exact.problem, 0.0, exact.median_us, exact.tflops,
+                                        exact.speedup_vs_default))
+            near = store.nearest(device, problem)
+            if near is not None and (exact is None or near[0].config != exact.config):
+                record, distance = near
+                options.append(Decision(NEAREST, "nearest tuned problem", record.config,
+                                        record.problem, distance, record.median_us,
+                                        record.tflops, record.speedup_vs_default))
+        except BrokenRow as exc:
+            options.append(Decision(FALLBACK, f"refused a database row: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
+            options.append(Decision(FALLBACK, f"tuning database unavailable: {exc}"))
+        options = [o for o in options if o.config is not None]
+        heuristic = space.heuristic(problem.space_values())
+        if heuristic is not None:
+            options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
+                                    "causality on this GPU", heuristic))
+        return options
+
+    def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
+        return device_info(device_index), target_for_device(device_index)
+
+    def _decide(self, problem: Problem, device_index: int) -> Decision:
+        device, target = self._identify(device_index)
+        space = load_space(FAMILY)
+        if target.cc < space.min_cc:
+            return Decision(FALLBACK, f"{device.name} (sm_{target.cc}) is older than the "
+                            f"{FAMILY} family needs (sm_{space.min_cc})")
+        problems = []
+        for option in self._candidates(problem, device):
+            assert option.config is not None
+            reasons = space.violations(option.config, target)
+            if reasons:
+                problems.append(f"{option.path} config invalid here: {'; '.join(reasons)}")
+                continue
+            kernel = self._load(option.config, target, device_index, problems)
+            if kernel is not None:
+                return Decision(option.path, option.reason, option.config, option.tuned_problem,
+                                option.distance, option.measured_us, option.measured_tflops,
+                                option.speedup_vs_sdpa, kernel)
+        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
+
+    def _load(self, config: Config, target: Target, device_index: int,
+              problems: list[str]) -> CompiledKernel | None:
+        build = lookup(config, target)
+        if build is None:
+            if not self.compile_on_miss:
+                problems.append(f"{load_space(config.family).name_of(config)} is not compiled "
+                                "and compile-on-miss is off")
+                return None
+            build = compile_config(config, target)
+        if not build.ok:
+            problems.append(f"{build.status}: {build.message[:300]}")
+            return None
+        try:
+            return CompiledKernel(build, device_index)
+        except Exception as exc:  # noqa: BLE001 - a cubin that does not load is a reason
+            problems.append(f"cannot load {build.cubin}: {exc}")
+            return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()

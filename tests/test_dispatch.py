@@ -1,0 +1,131 @@
+"""Dispatch decisions on the CPU: the GPU identity and kernel loading are stubbed, everything
+else (database, shipped defaults, space, heuristic, memo) is real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import dispatch as dispatch_module
+from autotune.config import Config
+from autotune.dispatch import Dispatcher
+from autotune.problem import Problem
+from autotune.space import load_space
+from autotune.store.records import DeviceInfo, TrialResult
+from autotune.store.repo import TuningStore
+from autotune.target import Target, target_for_arch
+
+H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
+
+
+class FakeKernel:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+
+@pytest.fixture
+def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
+
+    def factory(target_cc: int = 90, **kwargs: Any) -> Dispatcher:
+        d = Dispatcher(f"sqlite:///{tmp_path}/user.db", **kwargs)
+        target = (target_for_arch(target_cc) if target_cc >= 80
+                  else Target(target_cc, 65536, f"sm_{target_cc}"))
+        d._identify = lambda index: (H200, target)  # type: ignore[method-assign]
+        d._load = lambda config, target, index, problems: FakeKernel(config)  # type: ignore[method-assign,assignment]
+        return d
+
+    return factory
+
+
+def tuned(db: str, problem: Problem, us: float, **tile: object) -> Config:
+    values = {"block_m": 128, "block_n": 64, "num_warps": 8, "kv_stages": 3, "swizzle": 3,
+              "q_in_regs": True, **tile}
+    config = load_space("sm80").config(**problem.space_values(), **values)  # type: ignore[arg-type]
+    store = TuningStore(db)
+    result = TrialResult(config, "ok", median_us=us)
+    store.set_best(H200, problem, result, measurement_id=None, study="s", trials=30,
+                   sdpa_default_us=2 * us, sdpa_flash_us=3 * us)
+    return config
+
+
+def test_exact_then_nearest_then_heuristic(make) -> None:  # type: ignore[no-untyped-def]
+    d = make()
+    config = tuned(d.db, P, 400.0)
+    exact = d.decide(P, 0)
+    assert exact.path == "exact" and exact.config == config and exact.speedup_vs_sdpa == 2.0
+    assert isinstance(exact.kernel, FakeKernel)
+    other_shape = Problem(2, 16, 16, 4096, 4096, 128, "fp16", False)
+    near = d.decide(other_shape, 0)
+    assert near.path == "nearest" and near.tuned_problem == P and near.distance == 3.0
+    assert "distance 3.00" in near.describe()
+    causal = Problem(4, 16, 16, 2048, 2048, 128, "fp16", True)  # nothing tuned of this class
+    heuristic = d.decide(causal, 0)
+    assert heuristic.path == "heuristic"
+    assert heuristic.config == load_space("sm80").heuristic(causal.space_values())
+
+
+def test_repeated_calls_are_memoised(make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    d = make()
+    tuned(d.db, P, 400.0)
+    first = d.decide(P, 0)
+    queries = d.db_queries
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the database was queried on a repeated call")
+
+    monkeypatch.setattr(TuningStore, "best", boom)
+    monkeypatch.setattr(TuningStore, "nearest", boom)
+    d._load = boom  # type: ignore[method-assign,assignment]
+    for _ in range(3):
+        assert d.decide(P, 0) is first
+    assert d.db_queries == queries
+
+
+def test_fallback_when_nothing_can_run(make) -> None:  # type: ignore[no-untyped-def]
+    old = make(target_cc=75)
+    decision = old.decide(P, 0)
+    assert decision.path == "fallback" and "older than" in decision.reason
+    no_compile = make()
+    no_compile._load = lambda config, target, index, problems: problems.append(  # type: ignore[method-assign,assignment]
+        "not compiled and compile-on-miss is off")
+    decision = no_compile.decide(P, 0)
+    assert decision.path == "fallback" and "compile-on-miss is off" in decision.reason
+
+
+def test_a_tuned_config_invalid_on_this_device_is_skipped(make) -> None:  # type: ignore[no-untyped-def]
+    d = make(target_cc=86)  # 99 KB of shared memory per block
+    tuned(d.db, P, 400.0, block_m=64, block_n=128, num_warps=4, kv_stages=3)  # needs 208 KB
+    decision = d.decide(P, 0)
+    assert decision.path == "heuristic"
+
+
+def test_broken_database_row_is_refused(make) -> None:  # type: ignore[no-untyped-def]
+    d = make()
+    tuned(d.db, P, 400.0)
+    with TuningStore(d.db).engine.begin() as c:
+        c.exec_driver_sql("UPDATE kernel_configs SET config_json = "
+                          "replace(config_json, '\"num_warps\":8', '\"num_warps\":6')")
+    decision = d.decide(P, 0)
+    assert decision.path == "heuristic"  # the broken row never runs
+
+
+def test_shipped_defaults_seed_an_empty_database(make, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = TuningStore(f"sqlite:///{tmp_path}/ship.db")
+    config = tuned(source.url, P, 333.0)
+    shipped = json.loads(json.dumps(source.export()))
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [shipped])
+    d = make()
+    decision = d.decide(P, 0)
+    assert decision.path == "exact" and decision.config == config
+    assert decision.measured_us == 333.0
+    records = TuningStore(d.db).list_best()
+    assert [r.source for r in records] == ["imported"]
+    # tuning more adds to the user's database; the shipped rows stay
+    tuned(d.db, Problem(1, 16, 16, 8192, 8192, 128, "fp16", False), 900.0)
+    assert len(TuningStore(d.db).list_best()) == 2
