@@ -37,7 +37,7 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_LAZY = {"attention": "attention", "explain": "attention", "configure": "attention"}
+_LAZY = {"attention": "runtime", "explain": "runtime", "configure": "runtime"}
 
 
 def __getattr__(name: str) -> object:

@@ -13,7 +13,7 @@ from .tensors import logical_bhld
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                  scale: float | None, return_lse: bool, layout: str,
                  strict: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    from .attention import _eager
+    from .runtime import _eager
 
     if return_lse:
         out, lse = _eager(q, k, v, causal=causal, scale=scale, return_lse=True, layout=layout,

@@ -212,6 +212,36 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import bench_problem, plot, summarize
+    from .cli import _gpu_available
+    from .runtime import configure
+
+    if not _gpu_available():
+        print("cute-autotune bench times kernels on a CUDA GPU and none is visible here.",
+              file=sys.stderr)
+        return 2
+    import torch
+
+    configure(db=args.db)
+    rows = [bench_problem(p, rounds=args.rounds) for p in load_shape_set(args.shapes)]
+    data = summarize(rows)
+    data.update(gpu=torch.cuda.get_device_name(), shapes=args.shapes,
+                command=" ".join(["cute-autotune", *sys.argv[1:]]))
+    print(render_table(
+        ["shape", "path", "TFLOP/s", "SDPA default", "SDPA FLASH", "speed-up", "rel err"],
+        [[r["shape"], r["path"], _fmt(r["tflops"]), _fmt(r.get("sdpa_default_tflops")),
+          _fmt(r.get("sdpa_flash_tflops")), _fmt(r["speedup_vs_sdpa_default"], ".2f", "x"),
+          f"{r['rel_err_vs_sdpa']:.1e}"] for r in rows]))
+    print(f"\ngeomean speed-up vs SDPA default {data['geomean_vs_sdpa_default']:.2f}x, "
+          f"vs SDPA FLASH {data['geomean_vs_sdpa_flash']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=1))
+    if args.plot and not plot(data, Path(args.plot), f"{args.shapes} on {data['gpu']}"):
+        print("(no plot: matplotlib is not installed)", file=sys.stderr)
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
     add_problem_args(p, required=False)
@@ -256,7 +286,14 @@ def register(sub: Any) -> None:
     p.add_argument("action", choices=["upgrade"])
     p.set_defaults(func=cmd_db)
 
-    for name in ("tune", "best", "list", "export", "import", "db"):
+    p = sub.add_parser("bench", help="tuned dispatch against torch SDPA on a shape set")
+    p.add_argument("--shapes", required=True, help="a shape set name or TOML path")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--json", help="write rows and geometric means here")
+    p.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
+    p.set_defaults(func=cmd_bench)
+
+    for name in ("tune", "best", "list", "export", "import", "db", "bench"):
         sub.choices[name].add_argument(
             "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
             "else a SQLite file in the cache directory)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from .compiler import BuildResult
 from .config import Config
 from .cubin import read_launch_info
 from .launcher import launcher
+from .problem import Problem
 from .tensors import InputError, logical_bhld, operand, read_problem
 
 if TYPE_CHECKING:
@@ -82,12 +84,17 @@ class CompiledKernel:
         scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
         if not (math.isfinite(scale) and scale > 0):
             raise InputError(f"scale must be finite and > 0, got {scale}")
-        self._kernel.launch(
-            ops[0].ptr, ops[1].ptr, ops[2].ptr, ops[3].ptr,
-            0 if lse is None else lse.data_ptr(),
-            ops[0].strides, ops[1].strides, ops[2].strides, ops[3].strides,
-            problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q,
-            problem.seqlen_k, problem.head_dim, _DTYPE_CODES[problem.dtype], causal, scale,
-            torch.cuda.current_stream(q.device).cuda_stream,
-        )
+        plan = self.plan(problem, [op.strides for op in ops], scale)
+        plan.launch(ops[0].ptr, ops[1].ptr, ops[2].ptr, ops[3].ptr,
+                    0 if lse is None else lse.data_ptr(),
+                    torch.cuda.current_stream(q.device).cuda_stream)
         return out, lse
+
+    def plan(self, problem: Problem, strides: Sequence[tuple[int, int, int]],
+             scale: float) -> Any:
+        """A launch plan (launcher `Plan`) for this problem and these (batch, head, row) element
+        strides of q, k, v, out: `plan.launch(q, k, v, out, lse, stream)` takes addresses."""
+        return self._kernel.plan(
+            *strides, problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q,
+            problem.seqlen_k, problem.head_dim, _DTYPE_CODES[problem.dtype], problem.causal,
+            scale)

@@ -8,9 +8,9 @@ import warnings
 import pytest
 import torch
 
-from autotune import attention as attention_module
-from autotune.attention import Unsupported, attention, explain, read_inputs
+from autotune import runtime as attention_module
 from autotune.reference import reference_attention
+from autotune.runtime import Unsupported, attention, explain, read_inputs
 from autotune.tensors import InputError
 
 

@@ -114,6 +114,32 @@ class ScopedContext {
   CUcontext previous_ = nullptr;
 };
 
+// A prepared launch (see Kernel::plan). The CUfunction stays valid for the process: modules are
+// never unloaded.
+struct Plan {
+  FwdParams params{};
+  unsigned grid[3] = {0, 0, 0};
+  CUfunction function = nullptr;
+  CUcontext ctx = nullptr;
+  int threads = 0;
+  int smem_bytes = 0;
+
+  void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
+              uintptr_t stream) const {
+    FwdParams p = params;
+    p.q = reinterpret_cast<const void*>(q);
+    p.k = reinterpret_cast<const void*>(k);
+    p.v = reinterpret_cast<const void*>(v);
+    p.o = reinterpret_cast<void*>(o);
+    p.lse = reinterpret_cast<float*>(lse);
+    void* args[] = {&p};
+    ScopedContext scope(ctx);
+    check(driver().launch_kernel(function, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes,
+                                 reinterpret_cast<CUstream>(stream), args, nullptr),
+          "cuLaunchKernel");
+  }
+};
+
 class Kernel {
  public:
   Kernel(const std::string& cubin_path, int device, py::tuple info)
@@ -163,14 +189,14 @@ class Kernel {
   int device() const { return device_; }
   const std::string& path() const { return path_; }
 
-  // Tensor arguments arrive as device addresses and element strides ([batch, head, row]);
-  // shapes are (B, H, L, D) logically. Validation of the tensors is the caller's job (Python
-  // knows the torch types); this checks what the kernel itself was built for.
-  void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
-              py::tuple q_strides, py::tuple k_strides, py::tuple v_strides,
-              py::tuple o_strides, int batch, int heads_q, int heads_kv, int seqlen_q,
-              int seqlen_k, int head_dim, int dtype, bool causal, double scale,
-              uintptr_t stream) const {
+  // A launch plan for one problem: the params struct with everything but the tensor addresses
+  // filled in and checked, and the grid. The per-call work is then six integers crossing into
+  // C++ and one cuLaunchKernel. Strides are in elements, ([batch, head, row]) of the logical
+  // (B, H, L, D) views; validating the tensors themselves is the caller's job (Python knows the
+  // torch types), this checks what the kernel was built for.
+  Plan plan(py::tuple q_strides, py::tuple k_strides, py::tuple v_strides, py::tuple o_strides,
+            int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+            int dtype, bool causal, double scale) const {
     if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
       throw std::invalid_argument(
           "problem (head_dim=" + std::to_string(head_dim) + ", dtype=" + std::to_string(dtype) +
@@ -185,12 +211,8 @@ class Kernel {
     if (!(scale > 0.0) || !std::isfinite(scale)) {
       throw std::invalid_argument("softmax scale must be finite and > 0");
     }
-    FwdParams p{};
-    p.q = reinterpret_cast<const void*>(q);
-    p.k = reinterpret_cast<const void*>(k);
-    p.v = reinterpret_cast<const void*>(v);
-    p.o = reinterpret_cast<void*>(o);
-    p.lse = reinterpret_cast<float*>(lse);
+    Plan plan;
+    FwdParams& p = plan.params;
     unpack(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
     unpack(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
     unpack(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
@@ -203,15 +225,12 @@ class Kernel {
     p.head_ratio = heads_q / heads_kv;
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // * log2(e)
-
-    unsigned grid[3];
-    cute_autotune::fwd_grid(info_, p, grid);
-    void* args[] = {&p};
-    ScopedContext scope(ctx_);
-    check(driver().launch_kernel(function_, grid[0], grid[1], grid[2], info_.threads, 1, 1,
-                                 info_.smem_bytes, reinterpret_cast<CUstream>(stream), args,
-                                 nullptr),
-          "cuLaunchKernel");
+    cute_autotune::fwd_grid(info_, p, plan.grid);
+    plan.function = function_;
+    plan.ctx = ctx_;
+    plan.threads = info_.threads;
+    plan.smem_bytes = info_.smem_bytes;
+    return plan;
   }
 
  private:
@@ -258,9 +277,14 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
       .def_property_readonly("block_n", [](const Kernel& k) { return k.info().block_n; })
       .def_property_readonly("threads", [](const Kernel& k) { return k.info().threads; })
       .def_property_readonly("smem_bytes", [](const Kernel& k) { return k.info().smem_bytes; })
-      .def("launch", &Kernel::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
-           py::arg("lse"), py::arg("q_strides"), py::arg("k_strides"), py::arg("v_strides"),
-           py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"), py::arg("heads_kv"),
-           py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"), py::arg("dtype"),
-           py::arg("causal"), py::arg("scale"), py::arg("stream"));
+      .def("plan", &Kernel::plan, py::arg("q_strides"), py::arg("k_strides"),
+           py::arg("v_strides"), py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"),
+           py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"),
+           py::arg("dtype"), py::arg("causal"), py::arg("scale"));
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("grid", [](const Plan& p) {
+        return py::make_tuple(p.grid[0], p.grid[1], p.grid[2]);
+      })
+      .def("launch", &Plan::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+           py::arg("lse"), py::arg("stream"));
 }

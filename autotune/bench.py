@@ -1,0 +1,100 @@
+"""`cute-autotune bench`: tuned dispatch against torch SDPA (default and every backend that
+accepts the problem) on a shape set, in one run, each output checked against SDPA's first."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .problem import Problem
+from .tensors import torch_dtype
+
+
+def bench_problem(problem: Problem, *, rounds: int = 7, round_ms: float = 40.0) -> dict[str, Any]:
+    import torch
+
+    from .runtime import attention, explain
+    from .sdpa import accepted_backends
+    from .timing import input_sets_needed, measure
+
+    dtype = torch_dtype(problem.dtype)
+    q_shape = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
+    kv_shape = (problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim)
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    n_sets = input_sets_needed(2 * (2 * math.prod(q_shape) + 2 * math.prod(kv_shape)), l2)
+    sets = [(torch.randn(q_shape, device="cuda", dtype=dtype),
+             torch.randn(kv_shape, device="cuda", dtype=dtype),
+             torch.randn(kv_shape, device="cuda", dtype=dtype)) for _ in range(n_sets)]
+    decision = explain(*sets[0], causal=problem.causal)
+    backends = [accepted_backends(*s, causal=problem.causal) for s in sets]
+    expected = backends[0]["default"]().float()
+    ours = attention(*sets[0], causal=problem.causal).float()
+    rel_err = float((ours - expected).norm() / expected.norm())
+    fns: dict[str, Any] = {"tuned": lambda i: attention(*sets[i], causal=problem.causal)}
+    for name in backends[0]:
+        fns[f"sdpa_{name}"] = (lambda i, name=name: backends[i][name]())
+    timings = measure(fns, n_sets=n_sets, rounds=rounds, round_ms=round_ms)
+    row: dict[str, Any] = {
+        "shape": problem.describe(), "problem": problem.as_dict(), "path": decision.path,
+        "config": decision.config.as_dict() if decision.config else None,
+        "reason": decision.reason, "rel_err_vs_sdpa": rel_err,
+        "tflops": timings["tuned"].tflops(problem.flops),
+        "median_us": timings["tuned"].median_us,
+    }
+    for name, t in timings.items():
+        if name.startswith("sdpa_"):
+            row[f"{name}_tflops"] = t.tflops(problem.flops)
+            row[f"{name}_us"] = t.median_us
+    row["speedup_vs_sdpa_default"] = row["sdpa_default_us"] / row["median_us"]
+    return row
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "rows": rows,
+        "geomean_vs_sdpa_default": geomean([r["speedup_vs_sdpa_default"] for r in rows]),
+        "geomean_vs_sdpa_flash": geomean([r["sdpa_flash_us"] / r["median_us"] for r in rows
+                                          if r.get("sdpa_flash_us")]),
+    }
+
+
+def plot(data: dict[str, Any], path: Path, title: str) -> bool:
+    """Bar groups of TFLOP/s per shape and the speed-up line; False if matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = data["rows"]
+    series = [("tuned", "tflops"), ("SDPA default", "sdpa_default_tflops"),
+              ("SDPA FLASH", "sdpa_flash_tflops")]
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows) + 3), 5))
+    width = 0.8 / len(series)
+    for i, (label, key) in enumerate(series):
+        xs = [j + (i - 1) * width for j in range(len(rows))]
+        ax.bar(xs, [r.get(key) or 0 for r in rows], width, label=label)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["shape"] for r in rows], rotation=75, ha="right", fontsize=7)
+    twin = ax.twinx()
+    twin.plot(range(len(rows)), [r["speedup_vs_sdpa_default"] for r in rows], "k.-",
+              label="speed-up vs SDPA default")
+    twin.axhline(1.0, color="gray", lw=0.8, ls="--")
+    twin.set_ylabel("speed-up vs SDPA default")
+    ax.set_title(f"{title} (geomean speed-up vs SDPA default "
+                 f"{data['geomean_vs_sdpa_default']:.2f}x)")
+    handles = ax.get_legend_handles_labels()
+    extra = twin.get_legend_handles_labels()
+    ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

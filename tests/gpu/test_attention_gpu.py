@@ -1,0 +1,114 @@
+"""`autotune.attention` on the GPU: the tuned, nearest and heuristic paths against the fp32
+reference, through the plain call, the custom op, torch.compile and a captured CUDA graph, in
+both layouts, with tails and GQA."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import autotune
+from autotune.dispatch import device_info
+from autotune.problem import Problem
+from autotune.reference import reference_attention
+from autotune.runtime import Unsupported, configure
+from autotune.space import load_space
+from autotune.store.records import TrialResult
+from autotune.store.repo import TuningStore
+
+pytestmark = pytest.mark.gpu
+
+TUNED = Problem(2, 8, 2, 300, 300, 128, "fp16", True)  # GQA 4:1, tails
+NEAR = Problem(1, 8, 2, 700, 700, 128, "fp16", True)  # same class, other shape
+UNTUNED = Problem(1, 6, 6, 77, 1025, 64, "bf16", False)  # nothing of this class in the db
+
+
+@pytest.fixture(scope="module", autouse=True)
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    db = f"sqlite:///{tmp_path_factory.mktemp('db')}/dispatch.db"
+    config = load_space("sm80").config(**TUNED.space_values(), block_m=64, block_n=64,
+                                       num_warps=4, kv_stages=2, swizzle=3, q_in_regs=True)
+    TuningStore(db).set_best(device_info(0), TUNED, TrialResult(config, "ok", median_us=50.0),
+                             measurement_id=None, study="test", trials=1,
+                             sdpa_default_us=40.0, sdpa_flash_us=60.0)
+    configure(db=db, use_shipped=False)
+    yield db
+    configure()
+
+
+def make(problem: Problem, layout: str) -> tuple[torch.Tensor, ...]:
+    dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
+
+    def tensor(heads: int, length: int) -> torch.Tensor:
+        shape = ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
+                 else (problem.batch, length, heads, problem.head_dim))
+        return torch.randn(shape, device="cuda", dtype=dtype)
+
+    return (tensor(problem.heads_q, problem.seqlen_q), tensor(problem.heads_kv, problem.seqlen_k),
+            tensor(problem.heads_kv, problem.seqlen_k))
+
+
+def check(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          problem: Problem, layout: str, lse: torch.Tensor | None = None) -> None:
+    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal,
+                                       scale=1 / math.sqrt(problem.head_dim), layout=layout)
+    got = out if layout == "bhld" else out.transpose(1, 2)
+    assert out.shape == q.shape and bool(torch.isfinite(out).all())
+    err = torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref)
+    assert float(err) < (1e-3 if problem.dtype == "fp16" else 8e-3)
+    if lse is not None:
+        torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["bhld", "blhd"])
+@pytest.mark.parametrize("problem, path", [(TUNED, "exact"), (NEAR, "nearest"),
+                                           (UNTUNED, "heuristic")])
+def test_plain_call_on_each_path(problem: Problem, path: str, layout: str) -> None:
+    q, k, v = make(problem, layout)
+    decision = autotune.explain(q, k, v, causal=problem.causal, layout=layout)
+    assert decision.path == path, decision.describe()
+    out, lse = autotune.attention(q, k, v, causal=problem.causal, layout=layout,
+                                  return_lse=True, strict=True)
+    check(out, q, k, v, problem, layout, lse)
+    again = autotune.attention(q, k, v, causal=problem.causal, layout=layout, strict=True)
+    check(again, q, k, v, problem, layout)
+
+
+def test_custom_op_and_torch_compile() -> None:
+    q, k, v = make(TUNED, "bhld")
+    out, lse = torch.ops.cute_autotune.attention(q, k, v, True, None, True, "bhld", True)
+    check(out, q, k, v, TUNED, "bhld", lse)
+
+    def block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return autotune.attention(q * 1.0, k, v, causal=True, strict=True) + 0.0
+
+    compiled = torch.compile(block, fullgraph=True)
+    check(compiled(q, k, v), q, k, v, TUNED, "bhld")
+
+
+def test_cuda_graph_capture() -> None:
+    q, k, v = make(NEAR, "blhd")
+    autotune.attention(q, k, v, causal=True, layout="blhd", strict=True)  # decide outside
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = autotune.attention(q, k, v, causal=True, layout="blhd", strict=True)
+    for _ in range(2):
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, q, k, v, NEAR, "blhd")
+
+
+def test_strided_views_and_misaligned_inputs() -> None:
+    b, length, h, d = 2, 190, 4, 64
+    qkv = torch.randn(b, length, 3, h, d, device="cuda", dtype=torch.float16)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out = autotune.attention(q, k, v, layout="blhd", strict=True)
+    check(out, q, k, v, Problem(b, h, h, length, length, d, "fp16", False), "blhd")
+    odd = torch.randn(b, h, length, d + 4, device="cuda", dtype=torch.float16)[..., 2:d + 2]
+    with pytest.raises(Unsupported, match="aligned"):
+        autotune.attention(odd, odd, odd, strict=True)
