@@ -20,7 +20,8 @@ tests64|tests128)
     --command "python3 -m pytest tests/gpu -k '$sel' (each sub-space test runs: cute-autotune check --head-dim D --dtype T --causal C --json ...)"
   ;;
 bench)
-  python3 benchmarks/sm80_throughput.py --check-json benchmarks/results/sm80_check_h200.json --json "$OUT/sm80_throughput_h200.json" 2>&1 | tee "$OUT/sm80_throughput_h200.txt"
+  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/sm80_check_h200.json 2>/dev/null)
+  python3 benchmarks/sm80_throughput.py --check-json $checks --json "$OUT/sm80_throughput_h200.json" 2>&1 | tee "$OUT/sm80_throughput_h200.txt"
   python3 benchmarks/compile_throughput.py --configs 32 --json "$OUT/compile_throughput_h200.json" > /dev/null 2>&1; cat "$OUT/compile_throughput_h200.json"
   for i in 0 1 2; do
     cfg=$(python3 -c "import json,sys; print(json.dumps(json.load(open('benchmarks/configs/sanitize.json'))[$i]))")

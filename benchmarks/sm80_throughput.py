@@ -97,15 +97,18 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", default=["4,16,2048", "1,16,8192"])
     parser.add_argument("--screen-shape", default="4,16,2048")
     parser.add_argument("--top", type=int, default=3)
-    parser.add_argument("--check-json", help="only configs that passed in this check result")
+    parser.add_argument("--check-json", nargs="*", default=[],
+                        help="only configs that passed in these check results")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
 
     passed = None
     if args.check_json:
-        data = json.loads(Path(args.check_json).read_text())
-        passed = {Config.from_dict(r["config"]).to_json() for r in data["results"]
-                  if r["validation"].get("status") == "passed"}
+        passed = set()
+        for path in args.check_json:
+            data = json.loads(Path(path).read_text())
+            passed |= {Config.from_dict(r["config"]).to_json() for r in data["results"]
+                       if r["validation"].get("status") == "passed"}
     space = load_space("sm80")
     rows: list[dict[str, Any]] = []
     screening: list[dict[str, Any]] = []
@@ -151,6 +154,7 @@ def main() -> int:
           r["tflops"], r["sdpa_default_tflops"], r["sdpa_flash_tflops"],
           f"{r['rel_err_vs_sdpa']:.1e}"] for r in rows]))
     payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "validated_by": args.check_json,
                "command": " ".join(["python", *sys.argv]), "rows": rows,
                "screening": screening}
     Path(args.json).write_text(json.dumps(payload, indent=1, default=lambda x: None
