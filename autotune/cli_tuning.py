@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     def on_outcome(o: TuneOutcome) -> None:
         outcomes.append(o)
+        if args.json:  # after every shape, so that a session stopped midway keeps its results
+            Path(args.json).write_text(json.dumps([outcome_json(x) for x in outcomes], indent=1))
         bar.reset()
         name = space.name_of(o.best.config) if o.best else "(none passed)"
         rows.append([o.problem.describe(), name, _fmt(o.tflops()),
@@ -84,8 +87,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
                      o.total_trials])
 
     backend = open_backend(args.replay)
+    start = time.monotonic()
+    skipped = []
     try:
+        store = TuningStore(args.db) if args.skip_tuned else None
         for i, problem in enumerate(problems):
+            if args.stop_after is not None and time.monotonic() - start > args.stop_after:
+                skipped.append(problem)
+                continue
+            if store is not None and store.best(backend.device(), problem) is not None:
+                continue  # tuned by an earlier piece of this session
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
             tune(problem, db=args.db, backend=backend, settings=settings,
                  on_progress=on_progress, on_outcome=on_outcome)
@@ -94,8 +105,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         backend.close()
     print(render_table(["problem", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
                         "this session", "trials"], rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps([outcome_json(o) for o in outcomes], indent=1))
+    if skipped:
+        print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
+              "run it again with --skip-tuned to continue")
     return 0 if all(o.best for o in outcomes) else 1
 
 
@@ -250,6 +262,10 @@ def register(sub: Any) -> None:
     p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, help="seconds of search per shape")
+    p.add_argument("--stop-after", type=float,
+                   help="start no new shape after this many seconds (resume by running again)")
+    p.add_argument("--skip-tuned", action="store_true",
+                   help="skip shapes the database already has a best config for on this GPU")
     p.add_argument("--batch-size", type=int, default=8, help="configs compiled per batch")
     p.add_argument("--rerank-top", type=int, default=5)
     p.add_argument("--no-reuse", action="store_true",

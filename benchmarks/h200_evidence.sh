@@ -36,5 +36,14 @@ sweep)
 overhead)
   python3 benchmarks/host_overhead.py --json "$OUT/host_overhead_h200.json" 2>&1 | tee "$OUT/host_overhead_h200.txt"
   ;;
+tune)
+  # One piece (< 10 min) of the llm-prefill session; the database travels in .tuning/ (carried)
+  # and comes back in $OUT, so the next piece resumes it.
+  mkdir -p .tuning; piece=$(date +%s)
+  python3 -m autotune.cli tune --shapes llm-prefill --trials "${TRIALS:-16}" --skip-tuned \
+    --stop-after "${STOP_AFTER:-420}" --db "sqlite:///$PWD/.tuning/h200.db" \
+    --json "$OUT/tune_piece_$piece.json" --quiet 2>&1 | tail -80 | tee "$OUT/tune_piece_$piece.txt"
+  cp .tuning/h200.db "$OUT/h200.db"
+  ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac
