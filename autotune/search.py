@@ -35,8 +35,8 @@ class SearchSettings:
     rounds: int = 5
     round_ms: float = 20.0
     rerank_top: int = 5
-    rerank_rounds: int = 15
-    rerank_round_ms: float = 40.0
+    rerank_rounds: int = 11
+    rerank_round_ms: float = 30.0
     reuse: bool = True  # serve configs already measured on this device and build from the store
     warm_start: int = 3  # best configs of the nearest tuned problems, tried first
 
