@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .dispatch import FALLBACK, Decision, Dispatcher
 from .problem import Problem
 from .space import load_space
-from .tensors import ALIGN_BYTES, LAYOUTS, InputError, logical_bhld
+from .tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld
 
 if TYPE_CHECKING:
     import torch
@@ -82,37 +82,18 @@ def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
                 layout: str) -> tuple[Problem | None, str | None]:
     """(problem, None) when the kernels can run it, (problem or None, reason) when they cannot.
     Raises ValueError for inputs that are not valid attention at all."""
-    if layout not in LAYOUTS:
-        raise InputError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise InputError(f"{name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
-    if not (q.device == k.device == v.device):
-        raise InputError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise InputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    s = check_shapes(q, k, v, layout)
     qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
-    b, hq, lq, d = qb.shape
-    if kb.shape != vb.shape:
-        raise InputError(f"k and v must have the same shape, got {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
-    if kb.shape[0] != b or kb.shape[3] != d:
-        raise InputError(f"k/v batch and head dim must match q: q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)} ({layout})")
-    hkv, lk = kb.shape[1], kb.shape[2]
-    if min(b, hq, hkv, lq, lk, d) < 1:
-        raise InputError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if hq % hkv:
-        raise InputError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
     dtype = _DTYPES.get(str(q.dtype))
     if q.device.type != "cuda":
         return None, f"tensors are on {q.device}; the kernels run on CUDA GPUs"
     if dtype is None:
         return None, f"dtype {q.dtype} is not supported (fp16 and bf16 are)"
-    problem = Problem(b, hq, hkv, lq, lk, d, dtype, bool(causal))
+    problem = Problem(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim, dtype,
+                      bool(causal))
     head_dims = load_space("sm80").params["head_dim"].values
-    if d not in head_dims:
-        return problem, f"head dim {d} is not one of {list(head_dims)}"
+    if s.head_dim not in head_dims:
+        return problem, f"head dim {s.head_dim} is not one of {list(head_dims)}"
     if q.requires_grad or k.requires_grad or v.requires_grad:
         return problem, "an input requires grad and the kernels are forward-only"
     elem = q.element_size()

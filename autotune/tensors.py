@@ -68,9 +68,21 @@ def operand(name: str, t: torch.Tensor) -> Operand:
     return Operand(t.data_ptr(), strides)
 
 
-def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 layout: str = "bhld") -> Problem:
-    """The Problem these tensors pose; raises InputError naming what is wrong."""
+@dataclass(frozen=True)
+class Shapes:
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+
+
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> Shapes:
+    """The attention shapes of q, k, v; raises InputError for anything that is not attention
+    at all (ranks, mismatched sizes, Hq % Hkv, mixed devices or dtypes, unknown layout)."""
+    if layout not in LAYOUTS:
+        raise InputError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise InputError(f"{name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
@@ -78,7 +90,6 @@ def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: b
         raise InputError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise InputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    dtype = dtype_name(q.dtype)
     lq, lk, lv = (logical_bhld(t, layout) for t in (q, k, v))
     batch, heads_q, seqlen_q, head_dim = lq.shape
     if lk.shape != lv.shape:
@@ -93,4 +104,12 @@ def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: b
     if heads_q % heads_kv:
         raise InputError(f"query heads ({heads_q}) must be a multiple of key/value heads "
                          f"({heads_kv})")
-    return Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, bool(causal))
+    return Shapes(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
+def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 layout: str = "bhld") -> Problem:
+    """The Problem these tensors pose; raises InputError naming what is wrong."""
+    s = check_shapes(q, k, v, layout)
+    return Problem(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim,
+                   dtype_name(q.dtype), bool(causal))
