@@ -32,7 +32,7 @@ class LauncherBuildError(RuntimeError):
 
 def _sources() -> list[Path]:
     root = kernel_src_dir()
-    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h"]
+    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h", root / "sm90" / "params.h"]
 
 
 def _compiler() -> str:

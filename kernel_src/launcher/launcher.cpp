@@ -23,6 +23,7 @@
 #include <string>
 
 #include "../fwd_params.h"
+#include "../sm90/params.h"
 
 namespace py = pybind11;
 using cute_autotune::FwdParams;
@@ -46,6 +47,7 @@ struct Driver {
   decltype(&::cuFuncSetAttribute) func_set_attribute;
   decltype(&::cuFuncGetAttribute) func_get_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
+  decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled;
 };
 
 template <typename F>
@@ -81,6 +83,7 @@ const Driver& driver() {
       resolve(lib, d.func_set_attribute, "cuFuncSetAttribute");
       resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
       resolve(lib, d.launch_kernel, "cuLaunchKernel");
+      resolve(lib, d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -116,13 +119,40 @@ class ScopedContext {
 
 // A prepared launch (see Kernel::plan). The CUfunction stays valid for the process: modules are
 // never unloaded.
+// A TMA tensor map over a (B, H, L, D) operand seen as 4-D (D, L, H, B), D contiguous, with a
+// box of (box_cols, box_rows, 1, 1) and the swizzle that matches the kernel's smem layout
+// (128 bytes of columns; 64 for head_dim 32). Rows past L are zero-filled by the hardware.
+CUtensorMap encode_tensor_map(const void* base, const FwdParams& p, int dtype, int head_dim,
+                              int seqlen, int heads, int64_t row_stride, int64_t head_stride,
+                              int64_t batch_stride, int box_rows) {
+  constexpr int kElemBytes = 2;  // fp16 / bf16
+  const int box_cols = head_dim % 64 == 0 ? 64 : 32;
+  cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads),
+                        cuuint64_t(p.batch)};
+  cuuint64_t strides[3] = {cuuint64_t(row_stride * kElemBytes),
+                           cuuint64_t(head_stride * kElemBytes),
+                           cuuint64_t(batch_stride * kElemBytes)};
+  cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
+  cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  check(driver().tensor_map_encode_tiled(
+            &map,
+            dtype == cute_autotune::kDTypeFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            4, const_cast<void*>(base), dims, strides, box, element_strides,
+            CU_TENSOR_MAP_INTERLEAVE_NONE,
+            box_cols * kElemBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled");
+  return map;
+}
+
 struct Plan {
   FwdParams params{};
   unsigned grid[3] = {0, 0, 0};
   CUfunction function = nullptr;
   CUcontext ctx = nullptr;
-  int threads = 0;
-  int smem_bytes = 0;
+  LaunchInfo info{};
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
               uintptr_t stream) const {
@@ -132,10 +162,33 @@ struct Plan {
     p.v = reinterpret_cast<const void*>(v);
     p.o = reinterpret_cast<void*>(o);
     p.lse = reinterpret_cast<float*>(lse);
-    void* args[] = {&p};
+    if (info.family == 90) {
+      // The maps hold the base addresses, so they are encoded for every call (host only, a
+      // few microseconds; nothing is copied to the device).
+      cute_autotune::sm90::Sm90FwdParams p90;
+      p90.tma_q = encode_tensor_map(p.q, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
+                                    p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                                    info.block_m);
+      p90.tma_k = encode_tensor_map(p.k, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
+                                    p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                                    info.block_n);
+      p90.tma_v = encode_tensor_map(p.v, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
+                                    p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                                    info.block_n);
+      p90.base = p;
+      submit(&p90, stream);
+    } else {
+      submit(&p, stream);
+    }
+  }
+
+ private:
+  void submit(void* kernel_params, uintptr_t stream) const {
+    void* args[] = {kernel_params};
     ScopedContext scope(ctx);
-    check(driver().launch_kernel(function, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes,
-                                 reinterpret_cast<CUstream>(stream), args, nullptr),
+    check(driver().launch_kernel(function, grid[0], grid[1], grid[2], info.threads, 1, 1,
+                                 info.smem_bytes, reinterpret_cast<CUstream>(stream), args,
+                                 nullptr),
           "cuLaunchKernel");
   }
 };
@@ -228,8 +281,7 @@ class Kernel {
     cute_autotune::fwd_grid(info_, p, plan.grid);
     plan.function = function_;
     plan.ctx = ctx_;
-    plan.threads = info_.threads;
-    plan.smem_bytes = info_.smem_bytes;
+    plan.info = info_;
     return plan;
   }
 

@@ -1,0 +1,287 @@
+// FlashAttention forward on Hopper: TMA loads on an mbarrier pipeline, S = Q K^T and O += P V on
+// wgmma, one producer warpgroup and kConsumerWGs consumer warpgroups (register reallocation by
+// setmaxnreg). One CTA per (query tile, query head, batch), the same grid as the sm80 family.
+//
+// Same contract as the sm80 family (fwd_params.h): any Lq, Lk >= 1 (TMA zero-fills rows past
+// the end; key columns past Lk are masked; stores are guarded), strides through the tensor maps,
+// GQA through head_ratio, optional LSE, causal aligned bottom-right, rows that see no key give
+// O = 0 and LSE = -inf.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "params.h"
+#include "traits.cuh"
+
+namespace cute_autotune::sm90 {
+
+using namespace cute;
+using cutlass::arch::ClusterBarrier;
+using cutlass::arch::ClusterTransactionBarrier;
+
+// ((2,2,N/8), MMA_M, MMA_N) wgmma accumulator -> (rows=(2, MMA_M), cols=((2,N/8), MMA_N)).
+// Each thread holds rows r and r+8 of every 64-row atom; the 4 lanes of a quad share a row.
+template <typename Layout>
+__forceinline__ __device__ auto gmma_rowcol(Layout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3);
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+}
+
+// S accumulator -> A operand of P V. For 16-bit types the register layouts coincide: columns
+// [16j, 16j+16) of S are k-block j of A, so this only regroups the value mode.
+template <typename Layout>
+__forceinline__ __device__ auto gmma_accum_as_a(Layout acc) {
+  auto l = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});
+  return make_layout(make_layout(get<0>(l), get<1>(l), get<2, 0>(l)), get<1>(acc),
+                     make_layout(get<2, 1>(l), get<2>(acc)));
+}
+
+template <typename Traits>
+__forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem_raw) {
+  using Element = typename Traits::Element;
+  using Storage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  constexpr bool kCausal = Traits::kCausal;
+  constexpr int kBoxCols = Traits::kTmaBoxCols;
+  constexpr int kBoxes = kHeadDim / kBoxCols;
+
+  FwdParams const& p = params.base;
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+  const int m_block = kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.head_ratio;
+  const int m0 = m_block * kBlockM;
+  const int q_rows = min(kBlockM, p.seqlen_q - m0);
+  const int diagonal = p.seqlen_k - p.seqlen_q;
+  const int key_end = kCausal ? min(p.seqlen_k, m0 + q_rows + diagonal) : p.seqlen_k;
+  const int mask_from = kCausal ? min(p.seqlen_k, m0 + 1 + diagonal) : p.seqlen_k;
+  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+
+  if (threadIdx.x == 0) {
+    ClusterTransactionBarrier::init(&smem.q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      ClusterTransactionBarrier::init(&smem.k_full[s], 1);
+      ClusterTransactionBarrier::init(&smem.v_full[s], 1);
+      ClusterBarrier::init(&smem.k_empty[s], Traits::kConsumerWGs);
+      ClusterBarrier::init(&smem.v_empty[s], Traits::kConsumerWGs);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp_group == 0) {
+    // Producer: one elected thread issues every TMA; the rest of the warpgroup gives its
+    // registers to the consumers and waits.
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      cute::prefetch_tma_descriptor(&params.tma_q);
+      cute::prefetch_tma_descriptor(&params.tma_k);
+      cute::prefetch_tma_descriptor(&params.tma_v);
+      ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kTileBytesQ);
+      CUTE_UNROLL
+      for (int b = 0; b < kBoxes; ++b) {
+        SM90_TMA_LOAD_4D::copy(&params.tma_q, &smem.q_full, 0,
+                               smem.q.data() + b * kBlockM * kBoxCols, b * kBoxCols, m0, head,
+                               batch);
+      }
+      // Key tiles from the last to the first, as in the sm80 family: only the first ones need
+      // masks. Stage s of tile t is t % kStages; its empty barrier's phase flips per round.
+      for (int t = 0; t < n_tiles; ++t) {
+        const int n_block = n_tiles - 1 - t;
+        const int stage = t % kStages;
+        const uint32_t round = t / kStages;
+        if (t >= kStages) { ClusterBarrier::wait(&smem.k_empty[stage], (round - 1) & 1); }
+        ClusterTransactionBarrier::arrive_and_expect_tx(&smem.k_full[stage],
+                                                        Traits::kTileBytesKV);
+        CUTE_UNROLL
+        for (int b = 0; b < kBoxes; ++b) {
+          SM90_TMA_LOAD_4D::copy(&params.tma_k, &smem.k_full[stage], 0,
+                                 smem.k.data() + (stage * kBoxes + b) * kBlockN * kBoxCols,
+                                 b * kBoxCols, n_block * kBlockN, kv_head, batch);
+        }
+        if (t >= kStages) { ClusterBarrier::wait(&smem.v_empty[stage], (round - 1) & 1); }
+        ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_full[stage],
+                                                        Traits::kTileBytesKV);
+        CUTE_UNROLL
+        for (int b = 0; b < kBoxes; ++b) {
+          SM90_TMA_LOAD_4D::copy(&params.tma_v, &smem.v_full[stage], 0,
+                                 smem.v.data() + (stage * kBoxes + b) * kBlockN * kBoxCols,
+                                 b * kBoxCols, n_block * kBlockN, kv_head, batch);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int tid = threadIdx.x - 128;
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(tid);
+  auto thr_pv = mma_pv.get_thread_slice(tid);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA,MMA_M,MMA_K) descriptors
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA,MMA_N,MMA_K,STAGE)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGE)
+  Tensor acc_o = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  clear(acc_o);
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+
+  constexpr int kRows = decltype(size<0>(gmma_rowcol(acc_o.layout())))::value;
+  Tensor row_max = make_tensor<float>(Shape<Int<kRows>>{});
+  Tensor row_sum = make_tensor<float>(Shape<Int<kRows>>{});
+  fill(row_max, -INFINITY);
+  fill(row_sum, 0.f);
+
+  ClusterTransactionBarrier::wait(&smem.q_full, 0);
+  for (int t = 0; t < n_tiles; ++t) {
+    const int n_block = n_tiles - 1 - t;
+    const int stage = t % kStages;
+    const uint32_t phase = (t / kStages) & 1;
+
+    Tensor acc_s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    ClusterTransactionBarrier::wait(&smem.k_full[stage], phase);
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), acc_s);
+      mma_qk.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+    // One arrival per consumer warpgroup frees the K stage for the producer.
+    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.k_empty[stage]); }
+
+    if ((n_block + 1) * kBlockN > mask_from) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int row = m0 + get<0>(tScS(i));
+        const int col = n_block * kBlockN + get<1>(tScS(i));
+        const int limit = kCausal ? min(p.seqlen_k, row + 1 + diagonal) : p.seqlen_k;
+        if (col >= limit) { acc_s(i) = -INFINITY; }
+      }
+    }
+
+    Tensor s = make_tensor(acc_s.data(), gmma_rowcol(acc_s.layout()));
+    Tensor o = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      float m = row_max(mi);
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s); ++ni) { m = fmaxf(m, s(mi, ni)); }
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      const float prev = row_max(mi);
+      row_max(mi) = m;
+      const float max_now = (kCausal && m == -INFINITY) ? 0.f : m;
+      const float max_scaled = max_now * p.scale_log2;
+      const float rescale = exp2f(prev * p.scale_log2 - max_scaled);
+      row_sum(mi) *= rescale;
+      CUTE_UNROLL
+      for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= rescale; }
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s); ++ni) {
+        s(mi, ni) = exp2f(s(mi, ni) * p.scale_log2 - max_scaled);
+        sum += s(mi, ni);
+      }
+      row_sum(mi) += sum;
+    }
+
+    Tensor tOrP = make_tensor<Element>(gmma_accum_as_a(acc_s.layout()));
+    Tensor acc_s_as_a = make_tensor(acc_s.data(), gmma_accum_as_a(acc_s.layout()));
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrP); ++i) { tOrP(i) = Element(acc_s_as_a(i)); }
+
+    ClusterTransactionBarrier::wait(&smem.v_full[stage], phase);
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage), acc_o);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.v_empty[stage]); }
+  }
+
+  // Epilogue: normalise, LSE, then O through shared memory (the Q tile, no longer read once
+  // every consumer warpgroup is past its last Q K^T) for 16-byte row stores.
+  Tensor o = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
+  Tensor lse = make_tensor<float>(Shape<Int<kRows>>{});
+  CUTE_UNROLL
+  for (int mi = 0; mi < kRows; ++mi) {
+    float sum = row_sum(mi);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const float inv_sum = sum == 0.f ? 1.f : 1.f / sum;
+    lse(mi) = sum == 0.f ? -INFINITY : row_max(mi) * p.scale + __logf(sum);
+    CUTE_UNROLL
+    for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= inv_sum; }
+  }
+
+  Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  Tensor tOcO = thr_pv.partition_C(cO);
+  if (p.lse != nullptr) {
+    Tensor tOcO_rowcol = make_tensor(tOcO.data(), gmma_rowcol(tOcO.layout()));
+    float* lse_rows = p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q + m0;
+    if (get<1>(tOcO_rowcol(0, 0)) == 0) {
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) {
+        const int row = get<0>(tOcO_rowcol(mi, 0));
+        if (row < q_rows) { lse_rows[row] = lse(mi); }
+      }
+    }
+  }
+
+  // Every consumer must be past its last wgmma reading sQ before sO (the same bytes) is written.
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+  Tensor sO = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_o); ++i) { sO(tOcO(i)) = Element(acc_o(i)); }
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+
+  // 16-byte chunks of O rows: chunk c of row r holds columns [8c, 8c+8).
+  Element* out = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int chunk = tid; chunk < kBlockM * kChunksPerRow; chunk += Traits::kConsumerThreads) {
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    if (row < q_rows) {
+      cute::array<Element, 8> values;
+      CUTE_UNROLL
+      for (int j = 0; j < 8; ++j) { values[j] = sO(row, col + j); }
+      *reinterpret_cast<uint4*>(out + int64_t(m0 + row) * p.o_row_stride + col) =
+          *reinterpret_cast<uint4 const*>(values.data());
+    }
+  }
+}
+
+}  // namespace cute_autotune::sm90
+
+#define CUTE_AUTOTUNE_SM90_ENTRY(TRAITS)                                                       \
+  extern "C" __constant__ cute_autotune::LaunchInfo cute_autotune_fwd_info =                  \
+      TRAITS::launch_info();                                                                   \
+  extern "C" __global__ void __launch_bounds__(TRAITS::kNThreads, 1)                           \
+      cute_autotune_fwd(const __grid_constant__ cute_autotune::sm90::Sm90FwdParams params) {   \
+    extern __shared__ __align__(1024) char smem[];                                             \
+    cute_autotune::sm90::fwd_tile<TRAITS>(params, smem);                                       \
+  }
