@@ -38,8 +38,9 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return b, h, length
 
 
-def candidates(d: int, causal: bool, dtype: str, passed: set[str] | None) -> list[CompiledKernel]:
-    space, target = load_space("sm80"), default_target()
+def candidates(d: int, causal: bool, dtype: str, passed: set[str] | None,
+               family: str = "sm80") -> list[CompiledKernel]:
+    space, target = load_space(family), default_target()
     out = []
     for config in space.valid_configs(target, {"head_dim": d, "dtype": dtype, "causal": causal}):
         if passed is not None and config.to_json() not in passed:
@@ -99,6 +100,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--check-json", nargs="*", default=[],
                         help="only configs that passed in these check results")
+    parser.add_argument("--family", default="sm80")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
 
@@ -109,12 +111,12 @@ def main() -> int:
             data = json.loads(Path(path).read_text())
             passed |= {Config.from_dict(r["config"]).to_json() for r in data["results"]
                        if r["validation"].get("status") == "passed"}
-    space = load_space("sm80")
+    space = load_space(args.family)
     rows: list[dict[str, Any]] = []
     screening: list[dict[str, Any]] = []
     for d in args.head_dims:
         for causal in (False, True):
-            pool = candidates(d, causal, args.dtype, passed)
+            pool = candidates(d, causal, args.dtype, passed, args.family)
             if not pool:
                 print(f"no candidates for D={d} causal={causal}", file=sys.stderr)
                 continue
