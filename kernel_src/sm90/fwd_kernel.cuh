@@ -146,28 +146,51 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   fill(row_max, -INFINITY);
   fill(row_sum, 0.f);
 
-  ClusterTransactionBarrier::wait(&smem.q_full, 0);
-  for (int t = 0; t < n_tiles; ++t) {
-    const int n_block = n_tiles - 1 - t;
-    const int stage = t % kStages;
-    const uint32_t phase = (t / kStages) & 1;
+  Tensor acc_s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  Tensor tOrP = make_tensor<Element>(gmma_accum_as_a(acc_s.layout()));
+  Tensor acc_s_as_a = make_tensor(acc_s.data(), gmma_accum_as_a(acc_s.layout()));
+  Tensor s_rowcol = make_tensor(acc_s.data(), gmma_rowcol(acc_s.layout()));
+  Tensor o_rowcol = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
+  Tensor rescale = make_tensor<float>(Shape<Int<kRows>>{});
 
-    Tensor acc_s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    ClusterTransactionBarrier::wait(&smem.k_full[stage], phase);
+  auto stage_of = [](int t) { return t % kStages; };
+  auto phase_of = [](int t) { return uint32_t((t / kStages) & 1); };
+
+  // Issue S = Q K(t)^T (asynchronous; completes at a warpgroup_wait).
+  auto issue_qk = [&](int t) {
+    ClusterTransactionBarrier::wait(&smem.k_full[stage_of(t)], phase_of(t));
     warpgroup_fence_operand(acc_s);
     warpgroup_arrive();
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), acc_s);
+      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage_of(t)), acc_s);
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
+  };
+  // Issue O += P V(t) with P in registers (asynchronous).
+  auto issue_pv = [&](int t) {
+    ClusterTransactionBarrier::wait(&smem.v_full[stage_of(t)], phase_of(t));
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage_of(t)), acc_o);
+    }
+    warpgroup_commit_batch();
+  };
+  // One arrival per consumer warpgroup frees a stage for the producer.
+  auto release = [&](uint64_t* empty, int t) {
+    if (tid % 128 == 0) { ClusterBarrier::arrive(&empty[stage_of(t)]); }
+  };
+  // Mask S(t), fold it into the running max and sum, turn it into exp2 weights, and leave the
+  // factor the output must be rescaled by in `rescale` (O itself is not touched here: with the
+  // intra-warpgroup overlap a P V wgmma may still be accumulating into it).
+  auto softmax = [&](int t) {
     warpgroup_fence_operand(acc_s);
-    // One arrival per consumer warpgroup frees the K stage for the producer.
-    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.k_empty[stage]); }
-
+    const int n_block = n_tiles - 1 - t;
     if ((n_block + 1) * kBlockN > mask_from) {
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); ++i) {
@@ -177,55 +200,80 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
         if (col >= limit) { acc_s(i) = -INFINITY; }
       }
     }
-
-    Tensor s = make_tensor(acc_s.data(), gmma_rowcol(acc_s.layout()));
-    Tensor o = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       float m = row_max(mi);
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s); ++ni) { m = fmaxf(m, s(mi, ni)); }
+      for (int ni = 0; ni < size<1>(s_rowcol); ++ni) { m = fmaxf(m, s_rowcol(mi, ni)); }
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       const float prev = row_max(mi);
       row_max(mi) = m;
-      const float max_now = (kCausal && m == -INFINITY) ? 0.f : m;
-      const float max_scaled = max_now * p.scale_log2;
-      const float rescale = exp2f(prev * p.scale_log2 - max_scaled);
-      row_sum(mi) *= rescale;
-      CUTE_UNROLL
-      for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= rescale; }
+      // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0.
+      const float max_scaled = ((kCausal && m == -INFINITY) ? 0.f : m) * p.scale_log2;
+      rescale(mi) = exp2f(prev * p.scale_log2 - max_scaled);
       float sum = 0.f;
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s); ++ni) {
-        s(mi, ni) = exp2f(s(mi, ni) * p.scale_log2 - max_scaled);
-        sum += s(mi, ni);
+      for (int ni = 0; ni < size<1>(s_rowcol); ++ni) {
+        s_rowcol(mi, ni) = exp2f(s_rowcol(mi, ni) * p.scale_log2 - max_scaled);
+        sum += s_rowcol(mi, ni);
       }
-      row_sum(mi) += sum;
+      row_sum(mi) = row_sum(mi) * rescale(mi) + sum;
     }
-
-    Tensor tOrP = make_tensor<Element>(gmma_accum_as_a(acc_s.layout()));
-    Tensor acc_s_as_a = make_tensor(acc_s.data(), gmma_accum_as_a(acc_s.layout()));
+  };
+  auto rescale_o = [&]() {
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      CUTE_UNROLL
+      for (int di = 0; di < size<1>(o_rowcol); ++di) { o_rowcol(mi, di) *= rescale(mi); }
+    }
+  };
+  auto convert_p = [&]() {
     CUTE_UNROLL
     for (int i = 0; i < size(tOrP); ++i) { tOrP(i) = Element(acc_s_as_a(i)); }
+  };
 
-    ClusterTransactionBarrier::wait(&smem.v_full[stage], phase);
-    warpgroup_fence_operand(acc_o);
-    warpgroup_fence_operand(tOrP);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) {
-      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage), acc_o);
+  ClusterTransactionBarrier::wait(&smem.q_full, 0);
+  if constexpr (!Traits::kIntraWGOverlap) {
+    for (int t = 0; t < n_tiles; ++t) {
+      issue_qk(t);
+      warpgroup_wait<0>();
+      release(smem.k_empty, t);
+      softmax(t);
+      rescale_o();
+      convert_p();
+      issue_pv(t);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      release(smem.v_empty, t);
     }
-    warpgroup_commit_batch();
+  } else if (n_tiles > 0) {
+    // Softmax of tile t runs while the tensor cores do P V of tile t-1.
+    issue_qk(0);
+    warpgroup_wait<0>();
+    release(smem.k_empty, 0);
+    softmax(0);
+    convert_p();
+    for (int t = 1; t < n_tiles; ++t) {
+      issue_qk(t);
+      issue_pv(t - 1);
+      warpgroup_wait<1>();  // S(t) is ready; P V(t-1) may still run
+      release(smem.k_empty, t);
+      softmax(t);
+      warpgroup_wait<0>();  // P V(t-1) done: O and P may be touched again
+      warpgroup_fence_operand(acc_o);
+      release(smem.v_empty, t - 1);
+      rescale_o();
+      convert_p();
+    }
+    issue_pv(n_tiles - 1);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
-    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.v_empty[stage]); }
+    release(smem.v_empty, n_tiles - 1);
   }
 
   // Epilogue: normalise, LSE, then O through shared memory (the Q tile, no longer read once
   // every consumer warpgroup is past its last Q K^T) for 16-byte row stores.
-  Tensor o = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
   Tensor lse = make_tensor<float>(Shape<Int<kRows>>{});
   CUTE_UNROLL
   for (int mi = 0; mi < kRows; ++mi) {
@@ -235,7 +283,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
     const float inv_sum = sum == 0.f ? 1.f : 1.f / sum;
     lse(mi) = sum == 0.f ? -INFINITY : row_max(mi) * p.scale + __logf(sum);
     CUTE_UNROLL
-    for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= inv_sum; }
+    for (int di = 0; di < size<1>(o_rowcol); ++di) { o_rowcol(mi, di) *= inv_sum; }
   }
 
   Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});

@@ -14,7 +14,7 @@ namespace cute_autotune::sm90 {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
-          int kProducerRegs_, typename Element_, bool kCausal_>
+          int kProducerRegs_, bool kIntraWGOverlap_, typename Element_, bool kCausal_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -23,6 +23,9 @@ struct FwdTraits {
   static constexpr int kConsumerWGs = kConsumerWGs_;
   static constexpr int kStages = kStages_;
   static constexpr bool kCausal = kCausal_;
+  // Issue S = Q K(t)^T and O += P V(t-1) back to back, and run the softmax of tile t while the
+  // second wgmma is in flight.
+  static constexpr bool kIntraWGOverlap = kIntraWGOverlap_;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kNThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
 
