@@ -266,7 +266,7 @@ def register(sub: Any) -> None:
                    help="start no new shape after this many seconds (resume by running again)")
     p.add_argument("--skip-tuned", action="store_true",
                    help="skip shapes the database already has a best config for on this GPU")
-    p.add_argument("--batch-size", type=int, default=8, help="configs compiled per batch")
+    p.add_argument("--batch-size", type=int, default=4, help="configs compiled per batch")
     p.add_argument("--rerank-top", type=int, default=5)
     p.add_argument("--no-reuse", action="store_true",
                    help="time configs again even when the database has a measurement")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ class SearchSettings:
     seed: int = 0
     trials: int = 40  # new configs to evaluate in this session (a resumed study adds to it)
     time_budget_s: float | None = None
-    batch_size: int = 8  # configs compiled together before the GPU times them
+    batch_size: int = 4  # configs compiled together before the GPU times them
     rounds: int = 5
     round_ms: float = 20.0
     rerank_top: int = 5
@@ -39,6 +40,9 @@ class SearchSettings:
     rerank_round_ms: float = 30.0
     reuse: bool = True  # serve configs already measured on this device and build from the store
     warm_start: int = 3  # best configs of the nearest tuned problems, tried first
+    tpe_startup: int = 5  # random trials before TPE models the space
+    local_search: bool = True  # half of each TPE batch: neighbours of the incumbent
+    seed_heuristic: bool = True  # try the family's default config for the problem class first
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -111,7 +115,51 @@ def _sampler(settings: SearchSettings) -> Any:
     # study from inside `tell`, which ask-and-tell use does not allow.
     if settings.sampler in ("grid", "random"):
         return optuna.samplers.RandomSampler(seed=settings.seed)
-    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, n_startup_trials=8)
+    # Configs of a batch are proposed before any of them is timed: the constant liar makes TPE
+    # treat the pending ones as bad, so a batch spreads out instead of repeating one guess.
+    # `group` models conditional structure (several families' parameters later).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
+                                          constant_liar=True,
+                                          n_startup_trials=settings.tpe_startup)
+
+
+def _neighbours(space: Any, target: Any, fixed: dict[str, Any],
+                known: dict[str, float | None]) -> list[Config]:
+    """Valid, untried configs one parameter away from good measured ones, best parents first.
+
+    Parents are the three fastest configs and, for every value of every parameter, the fastest
+    config having that value, so that each basin along each dimension gets refined, not only
+    the incumbent's. A move to a value whose best measurement so far is more than 1.3x slower
+    than the incumbent is not proposed (an unswizzled layout, say, stays explored once).
+    """
+    by_digest = {c.digest: c for c in space.valid_configs(target, fixed)}
+    timed = {d: v for d, v in known.items() if v is not None and d in by_digest}
+    if not timed:
+        return []
+    order = sorted(timed, key=lambda d: timed[d])
+    incumbent = timed[order[0]]
+    best_with: dict[tuple[str, Any], str] = {}
+    for digest in order:
+        for name, value in by_digest[digest].values:
+            best_with.setdefault((name, value), digest)
+    parents = list(dict.fromkeys(order[:3] + sorted(set(best_with.values()),
+                                                    key=lambda d: timed[d])))
+    found: dict[str, Config] = {}
+    for digest in parents:
+        parent = by_digest[digest]
+        for param in space.tunable_params:
+            for value in param.values:
+                if value == parent[param.name]:
+                    continue
+                seen = best_with.get((param.name, value))
+                if seen is not None and timed[seen] > 1.3 * incumbent:
+                    continue
+                candidate = parent.replace(**{param.name: value})
+                if candidate.digest not in known and candidate.digest in by_digest:
+                    found.setdefault(candidate.digest, candidate)
+    return list(found.values())
 
 
 def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
@@ -158,11 +206,14 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
             if config.digest not in known:
                 study.enqueue_trial({name: config[name] for name in tunable},
                                     skip_if_exists=True)
-    elif settings.warm_start:
-        near = store.nearest(device, problem)
+    elif settings.warm_start or settings.seed_heuristic:
+        near = store.nearest(device, problem) if settings.warm_start else None
         seeds = [near[0].config] if near else []
-        for record in store.list_best(device):
-            if len(seeds) >= settings.warm_start:
+        default = space.heuristic(fixed) if settings.seed_heuristic else None
+        if default is not None and space.is_valid(default, target):
+            seeds.append(default)
+        for record in store.list_best(device) if settings.warm_start else []:
+            if len(seeds) >= settings.warm_start + int(default is not None):
                 break
             if record.config.family == family and record.problem != problem and all(
                     record.config[k] == v for k, v in fixed.items()):
@@ -184,6 +235,13 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
             break  # every valid config has been measured (or failed): nothing left to learn
         pending: list[tuple[Any, Config]] = []
         want = min(settings.batch_size, settings.trials - progress.evaluated)
+        if settings.local_search and settings.sampler == "tpe":
+            # Half of each batch refines the incumbent: its untried one-parameter neighbours go
+            # first. TPE models the whole space well but finds the last few percent slowly; the
+            # best config is usually one step from a good one (a stage count, a tile edge).
+            for config in _neighbours(space, target, fixed, known)[: max(1, want // 2)]:
+                study.enqueue_trial({p.name: config[p.name] for p in space.tunable_params},
+                                    skip_if_exists=True)
         while len(pending) < want and stale_asks < 200:
             trial = study.ask(distributions)
             config = space.config(**fixed, **trial.params)
