@@ -32,4 +32,4 @@ def test_without_a_driver_loading_a_kernel_says_why(cache_root: Path) -> None:
     except OSError:
         pass
     with pytest.raises(RuntimeError, match="cannot load the CUDA driver"):
-        module.Kernel("/nonexistent.cubin", 0)
+        module.Kernel("/nonexistent.cubin", 0, (1, 80, 64, 0, 0, 128, 64, 128, 49152))
