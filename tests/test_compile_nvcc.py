@@ -145,3 +145,22 @@ def test_static_asserts_mirror_every_space_constraint() -> None:
         if "swizzle is either" in constraint.message:
             continue  # a policy of the space (partial swizzles are dominated), not a limit
         assert constraint.message in asserted, constraint.message
+
+
+def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
+    """The Hopper family builds for the arch-specific target with no spills, declares its
+    warp-specialised launch (one producer warpgroup + consumers) in its LaunchInfo, and is
+    refused for a GPU that is not sm_90."""
+    space = load_space("sm90")
+    config = space.config(head_dim=128, dtype="bf16", causal=True, block_m=128, block_n=128,
+                          consumer_wgs=2, kv_stages=2, producer_regs=24, overlap=True)
+    result = compile_config(config, H200, ArtifactCache(tmp_path))
+    assert result.ok, result.message
+    assert result.record["gencode"] == "arch=compute_90a,code=sm_90a"
+    assert result.ptxas is not None and not result.ptxas.spills
+    info = result.launch_info
+    assert info is not None and (info.family, info.threads, info.block_m) == (90, 384, 128)
+    tiles = space.derived_values(config, H200)["smem_bytes"]
+    assert tiles <= info.smem_bytes < tiles + 2048  # tiles, then mbarriers and alignment
+    refused = compile_config(config, target_for_arch("sm_80"), ArtifactCache(tmp_path))
+    assert refused.status == "invalid" and "compute capability 90..90" in refused.message
