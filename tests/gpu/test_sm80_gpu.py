@@ -9,17 +9,13 @@ CUTE_AUTOTUNE_EVIDENCE_DIR keeps each check's JSON report there.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
 from autotune.compiler import compile_config
 from autotune.kernel import CompiledKernel
 from autotune.reference import reference_attention
@@ -27,6 +23,8 @@ from autotune.space import load_space
 from autotune.target import default_target
 from autotune.tensors import InputError
 from autotune.worker import GpuWorker
+
+from .subspace import check_subspace
 
 pytestmark = pytest.mark.gpu
 
@@ -44,22 +42,7 @@ def worker() -> Iterator[GpuWorker]:
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_every_valid_config_passes_the_validator(tmp_path: Path, head_dim: int, dtype: str,
                                                  causal: str) -> None:
-    report = tmp_path / f"check_d{head_dim}_{dtype}_{causal}.json"
-    args = ["check", "--head-dim", str(head_dim), "--dtype", dtype, "--causal", causal,
-            "--json", str(report), "--quiet"]
-    sample = os.environ.get("CUTE_AUTOTUNE_GPU_SAMPLE")
-    if sample:
-        args += ["--sample", sample, "--seed", "0"]
-    rc = main(args)
-    data = json.loads(report.read_text())
-    evidence = os.environ.get("CUTE_AUTOTUNE_EVIDENCE_DIR")
-    if evidence:
-        Path(evidence).mkdir(parents=True, exist_ok=True)
-        shutil.copy(report, Path(evidence) / report.name)
-    assert data["valid"] > 0 and data["compiled"] == data["valid"], data["failures"]
-    assert data["passed"] == data["valid"], "\n".join(
-        f"{f['name']}: {f['status']}: {f['reason']}" for f in data["failures"])
-    assert rc == 0
+    check_subspace(tmp_path, "sm80", head_dim, dtype, causal)
 
 
 @pytest.mark.parametrize("head_dim", [32, 96, 256])
