@@ -4,7 +4,8 @@
 # cubin cache .cubins/ carried; results land in $OUT.
 #   bash benchmarks/h200_evidence.sh tests64   # GPU tests: every D=64 config (both dtypes, masks)
 #   bash benchmarks/h200_evidence.sh tests128  # every D=128 config and the remaining GPU tests
-#   bash benchmarks/h200_evidence.sh bench     # throughput vs SDPA, compile throughput, sanitizers
+#   bash benchmarks/h200_evidence.sh bench     # D=64 sweep and throughput, compile throughput,
+#                                              # host overhead, the demo
 #   bash benchmarks/h200_evidence.sh sweep     # exhaustive timing sweep for the replay backend
 #   bash benchmarks/h200_evidence.sh overhead  # host time per call, ours vs SDPA
 set -uo pipefail
@@ -20,15 +21,14 @@ tests64|tests128)
     --command "python3 -m pytest tests/gpu -k '$sel' (each sub-space test runs: cute-autotune check --head-dim D --dtype T --causal C --json ...)"
   ;;
 bench)
-  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/sm80_check_h200.json 2>/dev/null)
-  python3 benchmarks/sm80_throughput.py --check-json $checks --json "$OUT/sm80_throughput_h200.json" 2>&1 | tee "$OUT/sm80_throughput_h200.txt"
+  # Everything that needs the D=64 cubins besides the tests, plus compile throughput and the
+  # main job: the D=64 sweep shapes, the D=64 throughput table, the demo.
+  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/h200/check_tests*.json 2>/dev/null)
+  python3 benchmarks/sweep.py --shapes 3 4 6 --json "$OUT/sweep_d64.json" 2>&1 | tail -4
+  python3 benchmarks/sm80_throughput.py --head-dims 64 --check-json $checks --json "$OUT/throughput_d64.json" 2>&1 | tail -14
   python3 benchmarks/compile_throughput.py --configs 32 --json "$OUT/compile_throughput_h200.json" > /dev/null 2>&1; cat "$OUT/compile_throughput_h200.json"
-  for i in 0 1 2; do
-    cfg=$(python3 -c "import json,sys; print(json.dumps(json.load(open('benchmarks/configs/sanitize.json'))[$i]))")
-    for tool in racecheck synccheck; do
-      echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -4
-    done
-  done 2>&1 | tee "$OUT/sanitizer_h200.txt"
+  python3 benchmarks/host_overhead.py --json "$OUT/host_overhead_h200.json" 2>&1 | tail -4
+  python3 -m autotune.cli demo > "$OUT/demo_h200.txt" 2>&1; tail -15 "$OUT/demo_h200.txt"
   ;;
 sweep)
   python3 benchmarks/sweep.py --json "$OUT/sweep_sm80_h200.json" 2>&1 | tee "$OUT/sweep_sm80_h200.txt"
