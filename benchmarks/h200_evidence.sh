@@ -8,6 +8,10 @@
 #                                              # host overhead, the demo
 #   bash benchmarks/h200_evidence.sh sweep     # exhaustive timing sweep for the replay backend
 #   bash benchmarks/h200_evidence.sh overhead  # host time per call, ours vs SDPA
+#   TRIALS=16 STOP_AFTER=470 bash benchmarks/h200_evidence.sh tune  # one piece of llm-prefill
+#   bash benchmarks/h200_evidence.sh dispatch  # bench llm-prefill and untuned-probe against SDPA
+#   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host, then attention()
+#                                              # from the shipped db/ results, nothing tuned
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
@@ -23,7 +27,7 @@ tests64|tests128)
 bench)
   # Everything that needs the D=64 cubins besides the tests, plus compile throughput and the
   # main job: the D=64 sweep shapes, the D=64 throughput table, the demo.
-  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/h200/check_tests*.json 2>/dev/null)
+  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/sm80_check_h200.json 2>/dev/null)
   python3 benchmarks/sweep.py --shapes 3 4 6 --json "$OUT/sweep_d64.json" 2>&1 | tail -4
   python3 benchmarks/sm80_throughput.py --head-dims 64 --check-json $checks --json "$OUT/throughput_d64.json" 2>&1 | tail -14
   python3 benchmarks/compile_throughput.py --configs 32 --json "$OUT/compile_throughput_h200.json" > /dev/null 2>&1; cat "$OUT/compile_throughput_h200.json"
@@ -44,6 +48,27 @@ tune)
     --stop-after "${STOP_AFTER:-420}" --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$OUT/tune_piece_$piece.json" --quiet 2>&1 | tail -80 | tee "$OUT/tune_piece_$piece.txt"
   cp .tuning/h200.db "$OUT/h200.db"
+  ;;
+dispatch)
+  # Tuned dispatch from the session's database against SDPA, in one run per shape set.
+  db="sqlite:///$PWD/.tuning/h200.db"
+  for set in llm-prefill untuned-probe; do
+    stem=bench_${set//-/_}_h200
+    python3 -m autotune.cli bench --shapes "$set" --db "$db" --json "$OUT/$stem.json" \
+      --plot "$OUT/$stem.png" > "$OUT/$stem.txt" 2>&1; tail -n 80 "$OUT/$stem.txt"
+  done
+  ;;
+fresh)
+  # README command 1, unchanged, on this offline host: pip resolves from the carried wheels
+  # (.whl/fresh holds cuda-python and the rest of what nvidia-cutlass declares) and the host's
+  # own torch. Then, with an empty kernel cache and no tuning database, attention() must answer
+  # from the shipped db/ results.
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whl/fresh" PIP_BREAK_SYSTEM_PACKAGES=1
+  export PYTHONPATH= HOME=/tmp/fresh-home; mkdir -p "$HOME"; unset CUTE_AUTOTUNE_CACHE CUTE_AUTOTUNE_DB
+  (python3 -c "import torch" 2>/dev/null || python3 -m pip install torch==2.13.0; python3 -m pip install ".[test]" && cute-autotune demo) > "$OUT/fresh_install_h200.txt" 2>&1
+  echo "README command 1 exit status: $?" >> "$OUT/fresh_install_h200.txt"
+  tail -n 25 "$OUT/fresh_install_h200.txt"
+  (cd /tmp && python3 "$OLDPWD/benchmarks/fresh_dispatch.py") 2>&1 | tee "$OUT/fresh_dispatch_h200.txt"
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -11,6 +11,14 @@ import sys
 from pathlib import Path
 
 
+def _parts(report: dict) -> list[dict]:
+    """A check report is one part; an already merged file brings its parts along."""
+    if "parts" in report:
+        return report["parts"]
+    return [{"command": report["command"], "seed": report["seed"], "valid": report["valid"],
+             "compiled": report["compiled"], "passed": report["passed"]}]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output")
@@ -21,8 +29,7 @@ def main() -> int:
     merged = {
         "gpu": reports[0]["gpu"], "arch": reports[0]["arch"], "nvcc": reports[0]["nvcc"],
         "cutlass": reports[0]["cutlass"], "command": args.command,
-        "parts": [{"command": r["command"], "seed": r["seed"], "valid": r["valid"],
-                   "compiled": r["compiled"], "passed": r["passed"]} for r in reports],
+        "parts": [part for r in reports for part in _parts(r)],
     }
     for key in ("considered", "valid", "compiled", "passed"):
         merged[key] = sum(r[key] for r in reports)

@@ -129,3 +129,20 @@ def test_shipped_defaults_seed_an_empty_database(make, monkeypatch: pytest.Monke
     # tuning more adds to the user's database; the shipped rows stay
     tuned(d.db, Problem(1, 16, 16, 8192, 8192, 128, "fp16", False), 900.0)
     assert len(TuningStore(d.db).list_best()) == 2
+
+
+def test_the_shipped_h200_results_answer_every_llm_prefill_problem(
+        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The real db/*.json, not a fixture: valid on import and exact for the whole shape set."""
+    from autotune.shapes import load_shape_set
+
+    # the fixture stubbed shipped_results(), so read the files the way it does
+    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    assert real, "no shipped results in db/"
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: real)
+    d = make()
+    for problem in load_shape_set("llm-prefill"):
+        decision = d.decide(problem, 0)
+        assert decision.path == "exact", (problem, decision.reason)
+        assert decision.config is not None and decision.config.family == "sm80"
+        assert decision.measured_tflops and decision.speedup_vs_sdpa
