@@ -153,7 +153,8 @@ def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
     refused for a GPU that is not sm_90."""
     space = load_space("sm90")
     config = space.config(head_dim=128, dtype="bf16", causal=True, block_m=128, block_n=128,
-                          consumer_wgs=2, kv_stages=2, producer_regs=24, overlap=True)
+                          consumer_wgs=2, kv_stages=2, producer_regs=24, overlap=True,
+                          pingpong=True)
     result = compile_config(config, H200, ArtifactCache(tmp_path))
     assert result.ok, result.message
     assert result.record["gencode"] == "arch=compute_90a,code=sm_90a"

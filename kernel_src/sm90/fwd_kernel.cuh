@@ -125,6 +125,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   // Consumers.
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tid = threadIdx.x - 128;
+  const int consumer = tid / 128;
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
@@ -248,15 +249,36 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       release(smem.v_empty, t);
     }
   } else if (n_tiles > 0) {
-    // Softmax of tile t runs while the tensor cores do P V of tile t-1.
+    // Softmax of tile t runs while the tensor cores do P V of tile t-1. With ping-pong the
+    // consumer warpgroups also take turns to issue their GEMMs (named barrier per warpgroup,
+    // the previous one signals), so one's softmax runs while the other's GEMMs do.
+    auto my_turn = [&]() {
+      if constexpr (Traits::kPingPong) {
+        cutlass::arch::NamedBarrier::sync(2 * 128, 1 + consumer);
+      }
+    };
+    auto pass_turn = [&]() {
+      if constexpr (Traits::kPingPong) {
+        cutlass::arch::NamedBarrier::arrive(2 * 128, 1 + (consumer + 1) % Traits::kConsumerWGs);
+      }
+    };
+    if constexpr (Traits::kPingPong) {
+      if (consumer == Traits::kConsumerWGs - 1) {
+        cutlass::arch::NamedBarrier::arrive(2 * 128, 1);  // the first turn is warpgroup 0's
+      }
+    }
+    my_turn();
     issue_qk(0);
+    pass_turn();
     warpgroup_wait<0>();
     release(smem.k_empty, 0);
     softmax(0);
     convert_p();
     for (int t = 1; t < n_tiles; ++t) {
+      my_turn();
       issue_qk(t);
       issue_pv(t - 1);
+      pass_turn();
       warpgroup_wait<1>();  // S(t) is ready; P V(t-1) may still run
       release(smem.k_empty, t);
       softmax(t);
@@ -266,7 +288,9 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       rescale_o();
       convert_p();
     }
+    my_turn();
     issue_pv(n_tiles - 1);
+    pass_turn();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
     release(smem.v_empty, n_tiles - 1);

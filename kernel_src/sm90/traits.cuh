@@ -14,7 +14,8 @@ namespace cute_autotune::sm90 {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
-          int kProducerRegs_, bool kIntraWGOverlap_, typename Element_, bool kCausal_>
+          int kProducerRegs_, bool kIntraWGOverlap_, bool kPingPong_, typename Element_,
+          bool kCausal_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -26,6 +27,11 @@ struct FwdTraits {
   // Issue S = Q K(t)^T and O += P V(t-1) back to back, and run the softmax of tile t while the
   // second wgmma is in flight.
   static constexpr bool kIntraWGOverlap = kIntraWGOverlap_;
+  // Consumer warpgroups take turns to issue their wgmmas (named barriers 1..consumer_wgs), so
+  // the softmax of one overlaps the GEMMs of another. Built on the overlapped schedule.
+  static constexpr bool kPingPong = kPingPong_;
+  static_assert(!kPingPong || (kIntraWGOverlap && kConsumerWGs >= 2),
+                "pingpong needs overlap and at least 2 consumer warpgroups");
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kNThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
 
