@@ -160,6 +160,7 @@ struct Plan {
   CUfunction function = nullptr;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
+  bool persistent = false;
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
               uintptr_t stream) const {
@@ -182,6 +183,11 @@ struct Plan {
       p90.tma_v = encode_tensor_map(p.v, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                                     info.block_n);
+      if (persistent) {  // its epilogue stores O by TMA; rows past Lq are clipped
+        p90.tma_o = encode_tensor_map(p.o, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
+                                      p.o_row_stride, p.o_head_stride, p.o_batch_stride,
+                                      info.block_m);
+      }
       p90.base = p;
       submit(&p90, stream);
     } else {
@@ -317,6 +323,7 @@ class Kernel {
       plan.grid[0] = unsigned(std::min<uint64_t>(tiles, resident_ctas_));
       plan.grid[1] = 1;
       plan.grid[2] = 1;
+      plan.persistent = true;
     }
     plan.function = function_;
     plan.ctx = ctx_;

@@ -305,6 +305,12 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       cutlass::arch::NamedBarrier::arrive(2 * 128, 1 + (consumer + 1) % Traits::kConsumerWGs);
     }
   };
+  // One arrival per consumer warpgroup once its last Q K^T of the work tile has completed: the
+  // producer then loads the next tile's Q while this one finishes its softmax, P V and
+  // epilogue (persistent schedule; without one nobody waits on it).
+  auto release_q = [&]() {
+    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.q_empty); }
+  };
   if constexpr (Traits::kPingPong) {
     if (consumer == Traits::kConsumerWGs - 1) {
       cutlass::arch::NamedBarrier::arrive(2 * 128, 1);  // the first turn is warpgroup 0's
@@ -324,6 +330,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
         issue_qk(t);
         warpgroup_wait<0>();
         release(smem.k_empty, t);
+        if (t == w.n_tiles - 1) { release_q(); }
         softmax(t);
         rescale_o();
         convert_p();
@@ -339,6 +346,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       pass_turn();
       warpgroup_wait<0>();
       release(smem.k_empty, 0);
+      if (w.n_tiles == 1) { release_q(); }
       softmax(0);
       convert_p();
       for (int t = 1; t < w.n_tiles; ++t) {
@@ -348,6 +356,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
         pass_turn();
         warpgroup_wait<1>();  // S(t) is ready; P V(t-1) may still run
         release(smem.k_empty, t);
+        if (t == w.n_tiles - 1) { release_q(); }
         softmax(t);
         warpgroup_wait<0>();  // P V(t-1) done: O and P may be touched again
         warpgroup_fence_operand(acc_o);
@@ -363,9 +372,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       release(smem.v_empty, w.n_tiles - 1);
     }
     kv += w.n_tiles;
-    // Every wgmma of this warpgroup that read Q has completed: the producer may refill it
-    // (persistent schedule; without one nobody waits on it).
-    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.q_empty); }
+    if (w.n_tiles == 0) { release_q(); }  // a tile whose rows see no key still used its Q
 
     // Epilogue: normalise, LSE, then O through shared memory for 16-byte row stores.
     Tensor lse = make_tensor<float>(Shape<Int<kRows>>{});
@@ -394,8 +401,27 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       }
     }
 
-    // Every consumer must be past its last wgmma reading sQ (when sO is the Q tile) and past
-    // its stores of the previous work tile's sO before sO is written.
+    if constexpr (Traits::kPersistent) {
+      // O goes out by TMA from its own tile and nobody waits for it, except the next work
+      // tile's epilogue before it overwrites sO (and the end of the kernel).
+      if (tid == 0) { tma_store_wait<0>(); }
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o); ++i) { sO(tOcO(i)) = Element(acc_o(i)); }
+      tma_store_fence();  // the generic-proxy writes of sO, visible to the TMA (async proxy)
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+      if (tid == 0) {
+        CUTE_UNROLL
+        for (int b = 0; b < kBoxes; ++b) {
+          SM90_TMA_STORE_4D::copy(&params.tma_o, smem.o.data() + b * kBlockM * kBoxCols,
+                                  b * kBoxCols, w.m0, w.head, w.batch);
+        }
+        tma_store_arrive();
+      }
+      continue;
+    }
+    // Every consumer must be past its last wgmma reading sQ (sO is the Q tile) before sO is
+    // written.
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) { sO(tOcO(i)) = Element(acc_o(i)); }
@@ -416,6 +442,9 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
             *reinterpret_cast<uint4 const*>(values.data());
       }
     }
+  }
+  if constexpr (Traits::kPersistent) {
+    if (tid == 0) { tma_store_wait<0>(); }  // sO must outlive the last store's reads
   }
 }
 
