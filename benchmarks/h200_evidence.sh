@@ -78,16 +78,20 @@ sm90)
   variants=benchmarks/configs/sm90_variants.json
   timeout 240 python3 -m autotune.cli check --config @$variants --json "$OUT/sm90_check_h200.json" \
     --quiet > "$OUT/sm90_check_h200.txt" 2>&1; tail -n 72 "$OUT/sm90_check_h200.txt"
-  timeout 170 python3 benchmarks/sm80_throughput.py --family sm90 --head-dims 64 128 \
-    --check-json "$OUT/sm90_check_h200.json" --json "$OUT/sm90_throughput_h200.json" \
-    > "$OUT/sm90_throughput_h200.txt" 2>&1; tail -n 30 "$OUT/sm90_throughput_h200.txt"
+  # The best validated variants per MHA llm-prefill shape against SDPA (screened at 4,16,2048).
+  for dt in fp16 bf16; do
+    timeout 110 python3 benchmarks/sm80_throughput.py --family sm90 --dtype $dt --head-dims 64 128 \
+      --shapes 16,16,512 8,16,1024 4,16,2048 2,16,4096 1,16,8192 1,16,16384 --top 2 \
+      --check-json "$OUT/sm90_check_h200.json" --json "$OUT/sm90_scan_$dt.json" \
+      > "$OUT/sm90_scan_$dt.txt" 2>&1; tail -n 12 "$OUT/sm90_scan_$dt.txt"
+  done
   # One config per structural variant (D=128 fp16 causal, 128x128 tile): plain, overlap,
   # ping-pong, and the same three persistent.
   for i in 2 5 0 1 3 4; do
     cfg=$(python3 -c "import json,sys; c=[x for x in json.load(open('$variants')) if x['head_dim']==128 and x['dtype']=='fp16' and x['causal'] and x['block_m']==128 and x['block_n']==128 and x['consumer_wgs']==2 and x['kv_stages']==2]; print(json.dumps(c[$i]))")
     for tool in racecheck synccheck; do
       echo "== $tool $cfg"
-      timeout 50 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 6
+      timeout 40 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 6
     done
   done > "$OUT/sm90_sanitizers_h200.txt" 2>&1; grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY|finite" "$OUT/sm90_sanitizers_h200.txt" | tail -n 60
   ;;
