@@ -285,12 +285,15 @@ class TuningStore:
                     return self._record(row)
             return None
 
-    def nearest(self, device: DeviceInfo | str | None, problem: Problem
-                ) -> tuple[BestRecord, float] | None:
-        """The tuned problem of the same dtype, head dim and causality nearest to `problem`."""
+    def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
+                family: str | None = None) -> tuple[BestRecord, float] | None:
+        """The tuned problem of the same dtype, head dim and causality nearest to `problem`
+        (of those whose best config is of `family`, when given)."""
         with self._transaction() as s:
             candidates = []
             for row in self._best_rows(s, device):
+                if family is not None and row.config.family != family:
+                    continue
                 other = _problem_of(row.problem)
                 if (other.dtype, other.head_dim, other.causal) == (
                         problem.dtype, problem.head_dim, problem.causal):
