@@ -261,6 +261,22 @@ def supported_families(target: Target | int) -> list[str]:
     return [f for f in families() if load_space(f).supports(cc)]
 
 
+def default_config(problem_values: Mapping[str, Value], target: Target) -> Config | None:
+    """The built-in default config for a problem class on `target`: that of the family of
+    highest `dispatch_priority` among those the target runs that have a default for the head
+    dim (None if none has)."""
+    spaces = sorted((load_space(f) for f in supported_families(target)),
+                    key=lambda s: (-s.dispatch_priority, s.family))
+    for space in spaces:
+        try:
+            config = space.heuristic(problem_values)
+        except InvalidConfig:  # a problem value outside this family's space
+            continue
+        if config is not None:
+            return config
+    return None
+
+
 def unsupported_reason(target: Target | int) -> str:
     """Why no family runs on `target`, naming what each family needs."""
     cc = target if isinstance(target, int) else target.cc
