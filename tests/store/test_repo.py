@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,64 @@ def test_baselines_latest_wins(store: TuningStore) -> None:
                                            BaselineTiming("flash", 460, 455, 465)])
     latest = store.latest_baselines(H200, P)
     assert latest["default"].median_us == 230 and latest["flash"].median_us == 460
+
+
+def sm90_cfg(problem: Problem = P, **tile: object) -> Config:
+    values = {"block_m": 128, "block_n": 128, "consumer_wgs": 2, "kv_stages": 2,
+              "producer_regs": 24, "overlap": True, "pingpong": True, **tile}
+    return load_space("sm90").config(**problem.space_values(), **values)  # type: ignore[arg-type]
+
+
+def put_sm90_best(store: TuningStore, problem: Problem, us: float, **tile: object) -> Config:
+    config = sm90_cfg(problem, **tile)
+    store.set_best(H200, problem, TrialResult(config, "ok", median_us=us), measurement_id=None,
+                   study="s90", trials=20, sdpa_default_us=200.0, sdpa_flash_us=None)
+    return config
+
+
+def test_export_import_round_trip_keeps_each_family(store: TuningStore, tmp_path: Path) -> None:
+    put_best(store, P, 400.0)
+    gqa = Problem(1, 32, 8, 8192, 8192, 128, "bf16", True)
+    config = put_sm90_best(store, gqa, 1100.0)
+    data = json.loads(json.dumps(store.export()))
+    assert sorted(e["family"] for e in data["results"]) == ["sm80", "sm90"]
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    assert other.import_results(data) == {"imported": 2, "kept_existing": 0}
+    imported = other.best(H200, gqa)
+    assert imported is not None and imported.config == config and imported.median_us == 1100.0
+    with other.engine.connect() as c:
+        rows = c.exec_driver_sql("SELECT b.family, k.family FROM best_configs b "
+                                 "JOIN kernel_configs k ON k.id = b.config_id").all()
+    assert sorted(rows) == [("sm80", "sm80"), ("sm90", "sm90")]
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda e: e["config"].update(block_m=96), "block_m = 96 is not one of [64, 128, 192]"),
+    (lambda e: e["config"].update(num_warps=4), "unknown parameter 'num_warps'"),
+    (lambda e: e["config"].update(overlap=False), "pingpong needs overlap"),
+    (lambda e: e.update(family="sm80"), "family 'sm80' but a sm90 config"),
+    (lambda e: e["device"].update(name="NVIDIA A100-SXM4-80GB", compute_capability=80,
+                                  sm_count=108), "runs on sm_90 only"),
+])
+def test_an_sm90_entry_is_checked_against_the_sm90_space(
+        store: TuningStore, tmp_path: Path, mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    put_best(store, P, 400.0)
+    put_sm90_best(store, Problem(8, 16, 16, 1024, 1024, 128, "fp16", False), 300.0)
+    data = store.export()
+    entry = next(e for e in data["results"] if e["family"] == "sm90")
+    mutate(entry)
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    with pytest.raises(BrokenRow, match=re.escape(fragment)):
+        other.import_results(data)
+    assert other.list_best() == []
+
+
+def test_nearest_of_one_family(store: TuningStore) -> None:
+    put_best(store, P, 400.0)
+    far = Problem(1, 16, 16, 16384, 16384, 128, "fp16", False)
+    config = put_sm90_best(store, far, 5000.0)
+    asked = Problem(2, 16, 16, 4096, 4096, 128, "fp16", False)
+    assert store.nearest(H200, asked)[0].problem == P  # type: ignore[index]
+    near = store.nearest(H200, asked, family="sm90")
+    assert near is not None and near[0].config == config and near[0].problem == far
+    assert store.nearest(H200, asked, family="sm70") is None
