@@ -192,6 +192,25 @@ def _neighbours(space: Any, target: Any, fixed: dict[str, Any],
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class _FamilySearch:
+    family: str
+    study: str
+    top: list[Config]  # the fastest distinct configs of the study, for the final re-timing
+    evaluated: int
+    failed: int
+    pruned: int
+    reused: int
+    total_trials: int
+
+
+@dataclass(frozen=True)
+class _Reranked:
+    result: TrialResult
+    measurement_id: int
+    study: str
+
+
 def families_to_search(backend: Backend, families: Sequence[str] | None = None) -> list[str]:
     """The kernel families a session searches: those asked for (each must run on the backend's
     target), else every family the backend can run there."""
@@ -272,18 +291,6 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
                        sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),
                        sum(o.pruned for o in outcomes), sum(o.reused for o in outcomes), total,
                        [r.result for r in reranked], tuple(outcomes))
-
-
-@dataclass(frozen=True)
-class _FamilySearch:
-    family: str
-    study: str
-    top: list[Config]  # the fastest distinct configs of the study, for the final re-timing
-    evaluated: int
-    failed: int
-    pruned: int
-    reused: int
-    total_trials: int
 
 
 def _counted_trials(store: TuningStore, name: str) -> int:
@@ -443,13 +450,6 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
                  if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
     return _FamilySearch(family, name, top[: settings.rerank_top], progress.evaluated,
                          progress.failed, progress.pruned, progress.reused, total)
-
-
-@dataclass(frozen=True)
-class _Reranked:
-    result: TrialResult
-    measurement_id: int
-    study: str
 
 
 def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,

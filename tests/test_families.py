@@ -159,6 +159,11 @@ def test_the_fastest_family_wins_and_dispatch_runs_it(
     assert record.study.split("/")[1] == "sm90" and record.trials == 16
     with store.engine.connect() as c:
         assert c.exec_driver_sql("SELECT family FROM best_configs").scalars().all() == ["sm90"]
+    with store.engine.connect() as c:  # builds (ptxas report) are kept for both families
+        builds = set(c.exec_driver_sql(
+            "SELECT k.family, b.registers, b.spill_store_bytes FROM builds b "
+            "JOIN kernel_configs k ON k.id = b.config_id").all())
+    assert ("sm90", 168, 0) in builds and {f for f, _, _ in builds} == {"sm80", "sm90"}
     reranked = [t for t in store.trials() if t["phase"] == "rerank"]
     assert {t["config"]["family"] for t in reranked} == {"sm80", "sm90"}
     assert all(t["study"].split("/")[1] == t["config"]["family"] for t in reranked)
@@ -189,6 +194,10 @@ def test_a_slower_family_loses(sm80: dict[str, Any], problem: Problem, tmp_path:
     assert outcome.best is not None and outcome.best.config.family == "sm80"
     sm90 = outcome.family("sm90")
     assert sm90 is not None and sm90.evaluated == 10  # searched, with its own budget
+    # each family's static constraints pruned its own proposals before any build
+    assert sm90.pruned > 0 and outcome.family("sm80").pruned > 0  # type: ignore[union-attr]
+    assert {c.family for c in backend.build_calls} == {"sm80", "sm90"}
+    assert all(load_space(c.family).is_valid(c, H200) for c in backend.build_calls)
     assert outcome.evaluated == 20 and outcome.study == outcome.family("sm80").study  # type: ignore[union-attr]
     if sm90.best is not None:  # its finalists were re-timed with sm80's, and lost
         assert sm90.best.median_us > outcome.best.median_us  # type: ignore[operator]
