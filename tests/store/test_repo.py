@@ -11,6 +11,7 @@ from autotune.problem import Problem
 from autotune.space import load_space
 from autotune.store.records import BaselineTiming, DeviceInfo, TrialResult
 from autotune.store.repo import BrokenRow, TuningStore, problem_distance
+from autotune.target import target_for_arch
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 OTHER_DRIVER = DeviceInfo("NVIDIA H200", 90, 132, "590.1", "13.1")
@@ -128,14 +129,25 @@ def test_baselines_latest_wins(store: TuningStore) -> None:
     assert latest["default"].median_us == 230 and latest["flash"].median_us == 460
 
 
-def sm90_cfg(problem: Problem = P, **tile: object) -> Config:
-    values = {"block_m": 128, "block_n": 128, "consumer_wgs": 2, "kv_stages": 2,
-              "producer_regs": 24, "overlap": True, "pingpong": True, **tile}
-    return load_space("sm90").config(**problem.space_values(), **values)  # type: ignore[arg-type]
+def sm90_cfg(problem: Problem = P) -> Config:
+    """The last valid sm90 config of the problem class on an H200 (taken from the space, which
+    grows parameters of its own)."""
+    return load_space("sm90").valid_configs(target_for_arch(90), problem.space_values())[-1]
 
 
-def put_sm90_best(store: TuningStore, problem: Problem, us: float, **tile: object) -> Config:
-    config = sm90_cfg(problem, **tile)
+def sm90_statically_invalid(problem: Problem) -> tuple[Config, str]:
+    """An sm90 config of the problem class that is in the space's domain but breaks one of its
+    constraints on an H200, and the constraint's message."""
+    space, h200 = load_space("sm90"), target_for_arch(90)
+    for config in space.all_configs(problem.space_values()):
+        reasons = space.violations(config, h200)
+        if reasons:
+            return config, reasons[0]
+    raise AssertionError("every sm90 config is valid: the test needs an invalid one")
+
+
+def put_sm90_best(store: TuningStore, problem: Problem, us: float) -> Config:
+    config = sm90_cfg(problem)
     store.set_best(H200, problem, TrialResult(config, "ok", median_us=us), measurement_id=None,
                    study="s90", trials=20, sdpa_default_us=200.0, sdpa_flash_us=None)
     return config
@@ -160,7 +172,6 @@ def test_export_import_round_trip_keeps_each_family(store: TuningStore, tmp_path
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda e: e["config"].update(block_m=96), "block_m = 96 is not one of [64, 128, 192]"),
     (lambda e: e["config"].update(num_warps=4), "unknown parameter 'num_warps'"),
-    (lambda e: e["config"].update(overlap=False), "pingpong needs overlap"),
     (lambda e: e.update(family="sm80"), "family 'sm80' but a sm90 config"),
     (lambda e: e["device"].update(name="NVIDIA A100-SXM4-80GB", compute_capability=80,
                                   sm_count=108), "runs on sm_90 only"),
@@ -174,6 +185,20 @@ def test_an_sm90_entry_is_checked_against_the_sm90_space(
     mutate(entry)
     other = TuningStore(f"sqlite:///{tmp_path}/other.db")
     with pytest.raises(BrokenRow, match=re.escape(fragment)):
+        other.import_results(data)
+    assert other.list_best() == []
+
+
+def test_an_sm90_entry_breaking_a_constraint_of_its_space_is_refused(
+        store: TuningStore, tmp_path: Path) -> None:
+    problem = Problem(8, 16, 16, 1024, 1024, 128, "fp16", False)
+    put_sm90_best(store, problem, 300.0)
+    data = store.export()
+    invalid, reason = sm90_statically_invalid(problem)
+    data["results"][0]["config"] = invalid.as_dict()
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    with pytest.raises(BrokenRow, match=re.escape(f"sm90 config cannot run on NVIDIA H200 "
+                                                  f"(sm_90): {reason}")):
         other.import_results(data)
     assert other.list_best() == []
 
