@@ -68,6 +68,9 @@ DEFAULT_CASES: tuple[Case, ...] = (
     Case("concentrated_softmax", 1, 2, 2, 384, 384, inputs="concentrated", scale=0.3),
     Case("large_magnitudes", 1, 2, 2, 190, 1025, inputs="large"),
     Case("multi_tile_gqa2", 1, 4, 2, 1000, 1000),
+    # More work tiles than an H200 has SMs (432 at block_m 128), Lq > Lk: a persistent kernel
+    # walks several tiles per CTA, of different lengths, some rows seeing no key when causal.
+    Case("many_tiles_per_sm_gqa4", 2, 24, 6, 1100, 900),
 )
 
 

@@ -12,6 +12,9 @@
 #   bash benchmarks/h200_evidence.sh dispatch  # bench llm-prefill and untuned-probe against SDPA
 #   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host, then attention()
 #                                              # from the shipped db/ results, nothing tuned
+#   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
+#                                              # against SDPA, racecheck and synccheck (cubins
+#                                              # prebuilt into .cubins90/, carried)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
@@ -71,6 +74,24 @@ fresh)
   echo "README command 1 exit status: $?" >> "$OUT/fresh_install_h200.txt"
   tail -n 25 "$OUT/fresh_install_h200.txt"
   (cd /tmp && python3 "$OLDPWD/benchmarks/fresh_dispatch.py") 2>&1 | tee "$OUT/fresh_dispatch_h200.txt"
+  ;;
+sm90)
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90
+  variants=benchmarks/configs/sm90_variants.json
+  timeout 240 python3 -m autotune.cli check --config @$variants --json "$OUT/sm90_check_h200.json" \
+    --quiet > "$OUT/sm90_check_h200.txt" 2>&1; tail -n 72 "$OUT/sm90_check_h200.txt"
+  timeout 170 python3 benchmarks/sm80_throughput.py --family sm90 --head-dims 64 128 \
+    --check-json "$OUT/sm90_check_h200.json" --json "$OUT/sm90_throughput_h200.json" \
+    > "$OUT/sm90_throughput_h200.txt" 2>&1; tail -n 30 "$OUT/sm90_throughput_h200.txt"
+  # One config per structural variant (D=128 fp16 causal, 128x128 tile): plain, overlap,
+  # ping-pong, and the same three persistent.
+  for i in 2 5 0 1 3 4; do
+    cfg=$(python3 -c "import json,sys; c=[x for x in json.load(open('$variants')) if x['head_dim']==128 and x['dtype']=='fp16' and x['causal'] and x['block_m']==128 and x['block_n']==128 and x['consumer_wgs']==2 and x['kv_stages']==2]; print(json.dumps(c[$i]))")
+    for tool in racecheck synccheck; do
+      echo "== $tool $cfg"
+      timeout 50 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 6
+    done
+  done > "$OUT/sm90_sanitizers_h200.txt" 2>&1; grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY|finite" "$OUT/sm90_sanitizers_h200.txt" | tail -n 60
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -48,6 +49,9 @@ struct Driver {
   decltype(&::cuFuncGetAttribute) func_get_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
   decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled;
+  decltype(&::cuMemcpyDtoH) memcpy_dtoh;
+  decltype(&::cuDeviceGetAttribute) device_get_attribute;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_blocks;
 };
 
 template <typename F>
@@ -84,6 +88,9 @@ const Driver& driver() {
       resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
       resolve(lib, d.launch_kernel, "cuLaunchKernel");
       resolve(lib, d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
+      resolve(lib, d.memcpy_dtoh, "cuMemcpyDtoH_v2");
+      resolve(lib, d.device_get_attribute, "cuDeviceGetAttribute");
+      resolve(lib, d.occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -153,6 +160,7 @@ struct Plan {
   CUfunction function = nullptr;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
+  bool persistent = false;
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
               uintptr_t stream) const {
@@ -175,6 +183,11 @@ struct Plan {
       p90.tma_v = encode_tensor_map(p.v, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                                     info.block_n);
+      if (persistent) {  // its epilogue stores O by TMA; rows past Lq are clipped
+        p90.tma_o = encode_tensor_map(p.o, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
+                                      p.o_row_stride, p.o_head_stride, p.o_batch_stride,
+                                      info.block_m);
+      }
       p90.base = p;
       submit(&p90, stream);
     } else {
@@ -236,7 +249,33 @@ class Kernel {
                                  info_.smem_bytes),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
+    // A persistent kernel (sm90 family, exported by the kernel itself) walks the work tiles
+    // from a grid of as many CTAs as the device holds at once.
+    CUdeviceptr flag_ptr;
+    size_t flag_bytes = 0;
+    CUresult found = d.module_get_global(&flag_ptr, &flag_bytes, module_, kPersistentSymbol);
+    if (found == CUDA_SUCCESS && flag_bytes == sizeof(int)) {
+      int flag = 0;
+      check(d.memcpy_dtoh(&flag, flag_ptr, sizeof(int)), "cuMemcpyDtoH(persistent flag)");
+      if (flag != 0) {
+        int per_sm = 0;
+        int sm_count = 0;
+        check(d.occupancy_max_blocks(&per_sm, function_, info_.threads, info_.smem_bytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        check(d.device_get_attribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+              "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+        if (per_sm < 1) {
+          throw std::runtime_error(path_ + ": no CTA of this kernel fits on an SM");
+        }
+        resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
+      }
+    } else if (found != CUDA_ERROR_NOT_FOUND) {
+      check(found, "cuModuleGetGlobal(cute_autotune_sm90_persistent)");
+    }
   }
+
+  // 0 for a kernel with one CTA per work tile; else the grid of the persistent schedule.
+  unsigned resident_ctas() const { return resident_ctas_; }
 
   const LaunchInfo& info() const { return info_; }
   int device() const { return device_; }
@@ -279,6 +318,13 @@ class Kernel {
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // * log2(e)
     cute_autotune::fwd_grid(info_, p, plan.grid);
+    if (resident_ctas_ > 0) {
+      const uint64_t tiles = uint64_t(plan.grid[0]) * plan.grid[1] * plan.grid[2];
+      plan.grid[0] = unsigned(std::min<uint64_t>(tiles, resident_ctas_));
+      plan.grid[1] = 1;
+      plan.grid[2] = 1;
+      plan.persistent = true;
+    }
     plan.function = function_;
     plan.ctx = ctx_;
     plan.info = info_;
@@ -309,6 +355,8 @@ class Kernel {
   CUmodule module_ = nullptr;  // kept for the life of the process with its Kernel
   CUfunction function_ = nullptr;
   LaunchInfo info_{};
+  unsigned resident_ctas_ = 0;
+  static constexpr const char* kPersistentSymbol = "cute_autotune_sm90_persistent";
 };
 
 }  // namespace
@@ -329,6 +377,7 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
       .def_property_readonly("block_n", [](const Kernel& k) { return k.info().block_n; })
       .def_property_readonly("threads", [](const Kernel& k) { return k.info().threads; })
       .def_property_readonly("smem_bytes", [](const Kernel& k) { return k.info().smem_bytes; })
+      .def_property_readonly("resident_ctas", &Kernel::resident_ctas)
       .def("plan", &Kernel::plan, py::arg("q_strides"), py::arg("k_strides"),
            py::arg("v_strides"), py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"),
            py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"),

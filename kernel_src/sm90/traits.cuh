@@ -14,8 +14,8 @@ namespace cute_autotune::sm90 {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
-          int kProducerRegs_, bool kIntraWGOverlap_, bool kPingPong_, typename Element_,
-          bool kCausal_>
+          int kProducerRegs_, bool kIntraWGOverlap_, bool kPingPong_, bool kPersistent_,
+          typename Element_, bool kCausal_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -32,6 +32,10 @@ struct FwdTraits {
   static constexpr bool kPingPong = kPingPong_;
   static_assert(!kPingPong || (kIntraWGOverlap && kConsumerWGs >= 2),
                 "pingpong needs overlap and at least 2 consumer warpgroups");
+  // One CTA per SM walks the work tiles (heaviest causal tiles first) instead of one CTA per
+  // tile: barrier setup once per SM, the next tile's Q and K/V load during this tile's
+  // epilogue. O then needs its own shared-memory tile, so Q can be refilled early.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kNThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
 
@@ -78,7 +82,12 @@ struct FwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;  // also O
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutVt>, 1024> v;
+    // The O tile of the epilogue: its own buffer in the persistent schedule, else the Q tile.
+    std::conditional_t<kPersistent, cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024>,
+                       char>
+        o;
     alignas(8) uint64_t q_full;
+    alignas(8) uint64_t q_empty;
     alignas(8) uint64_t k_full[kStages];
     alignas(8) uint64_t k_empty[kStages];
     alignas(8) uint64_t v_full[kStages];
@@ -86,8 +95,8 @@ struct FwdTraits {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 232448,
-                "shared memory per CTA ((block_m + 2 * kv_stages * block_n) * head_dim * 2 bytes "
-                "+ barriers) exceeds the device limit");
+                "shared memory per CTA ((block_m * (1 + persistent) + 2 * kv_stages * block_n) * "
+                "head_dim * 2 bytes + barriers) exceeds the device limit");
 
   // Registers: setmaxnreg moves them from the producer warpgroup to the consumers. The pool is
   // 64K per SM for one CTA; values are multiples of 8.
