@@ -5,8 +5,8 @@ from __future__ import annotations
 from .compiler import BuildResult, compile_config, compile_many, lookup
 from .config import Config, InvalidConfig
 from .problem import Problem
-from .search import SearchSettings, TuneOutcome
-from .space import Space, families, load_space, validate_config
+from .search import FamilyOutcome, SearchSettings, TuneOutcome
+from .space import Space, families, load_space, supported_families, validate_config
 from .target import Target, default_target, target_for_arch
 from .tuning import BestAnswer, best_config, tune
 
@@ -14,6 +14,7 @@ __all__ = [
     "BestAnswer",
     "BuildResult",
     "Config",
+    "FamilyOutcome",
     "InvalidConfig",
     "Problem",
     "SearchSettings",
@@ -30,6 +31,7 @@ __all__ = [
     "families",
     "load_space",
     "lookup",
+    "supported_families",
     "target_for_arch",
     "tune",
     "validate_config",

@@ -3,8 +3,9 @@
 * GpuBackend compiles with a process pool on this host (never while a trial is being timed)
   and validates and times every trial in a GPU worker process that may crash or hang without
   taking the session down.
-* ReplayBackend serves measurements recorded on a real GPU (benchmarks/sweep.py), so that the
-  whole loop (search, database, warm start, re-ranking, failures, best query) runs without one.
+* ReplayBackend serves measurements recorded on a real GPU (benchmarks/sweep.py, one recording
+  per kernel family), so that the whole loop (search, database, warm start, re-ranking,
+  failures, best query) runs without one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .compiler import NVCC_FLAGS, OK, BuildResult, compile_many
 from .config import Config
 from .problem import Problem
 from .ptxas import PtxasReport
-from .space import load_space
+from .space import load_space, supported_families
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .target import Target, target_for_arch
 from .toolchain import toolchain
@@ -29,6 +30,10 @@ class Backend(Protocol):
     def device(self) -> DeviceInfo: ...
 
     def target(self) -> Target: ...
+
+    def families(self) -> list[str]:
+        """The kernel families this backend can build and time: those its target supports."""
+        ...
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         """Compile ahead of timing (statically valid configs only)."""
@@ -96,6 +101,9 @@ class GpuBackend:
         assert self._target is not None
         return self._target
 
+    def families(self) -> list[str]:
+        return supported_families(self.target())
+
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         return compile_many(configs, self.target(), jobs=self._jobs)
 
@@ -148,17 +156,24 @@ class GpuBackend:
 class ReplayBackend:
     """Measurements recorded by benchmarks/sweep.py on a real GPU, served as if measured now.
 
+    Takes one recording or several (one per kernel family, all of one GPU); each config is
+    served from the recording of its own family, and a config no recording holds fails to
+    build ("not recorded"), as a config nvcc refused would.
+
     `faults` maps config digests to (status, reason) to replay failures (a crash, a hang, a
     wrong result) on top of the recording; `build_calls` lists every config `build` was asked
     for, so tests can prove that statically pruned configs never reach the compiler.
     """
 
-    def __init__(self, recording: Path | Mapping[str, Any],
+    def __init__(self, recordings: Path | Mapping[str, Any] | Sequence[Path | Mapping[str, Any]],
                  faults: Mapping[str, tuple[str, str]] | None = None) -> None:
-        data = json.loads(Path(recording).read_text()) if isinstance(recording, Path) \
-            else dict(recording)
-        self.recording = data
-        dev = data["device"]
+        if isinstance(recordings, (Path, Mapping)):
+            recordings = [recordings]
+        if not recordings:
+            raise ValueError("the replay backend needs at least one recording")
+        self.recordings: list[dict[str, Any]] = [
+            json.loads(r.read_text()) if isinstance(r, Path) else dict(r) for r in recordings]
+        dev = self.recordings[0]["device"]
         self._device = DeviceInfo(dev["name"], dev["compute_capability"], dev["sm_count"],
                                   dev["driver_version"], dev["cuda_version"])
         base = target_for_arch(dev["compute_capability"])
@@ -166,24 +181,60 @@ class ReplayBackend:
                               dev["name"])
         self.faults = dict(faults or {})
         self.build_calls: list[Config] = []
-        self._shapes: dict[Problem, dict[str, Any]] = {}
+        self._families: list[str] = []
+        self._rows: dict[tuple[str, Problem], dict[str, dict[str, Any]]] = {}
+        self._sdpa: dict[Problem, dict[str, Any]] = {}
         self._builds: dict[str, dict[str, Any]] = {}
+        for data in self.recordings:
+            self._add(data)
+
+    def _add(self, data: Mapping[str, Any]) -> None:
+        family = data.get("family")
+        if not isinstance(family, str):
+            raise ValueError("a recording names the kernel family it measured ('family')")
+        dev = data["device"]
+        if (dev["name"], dev["compute_capability"], dev["sm_count"]) != (
+                self._device.name, self._device.compute_capability, self._device.sm_count):
+            raise ValueError(f"recordings of different GPUs: {dev['name']} "
+                             f"(sm_{dev['compute_capability']}, {dev['sm_count']} SMs) and "
+                             f"{self._device.name} (sm_{self._device.compute_capability}, "
+                             f"{self._device.sm_count} SMs)")
+        if family not in self._families:
+            self._families.append(family)
         for shape in data["shapes"]:
             problem = Problem(**shape["problem"])
-            rows = {Config.from_dict(r["config"]).digest: r for r in shape["configs"]}
-            self._shapes[problem] = {"rows": rows, "sdpa": shape["sdpa"]}
+            if (family, problem) in self._rows:
+                raise ValueError(f"two {family} recordings of {problem.describe()}")
+            rows = {}
+            for r in shape["configs"]:
+                config = Config.from_dict(r["config"])
+                if config.family != family:
+                    raise ValueError(f"the {family} recording holds a {config.family} config")
+                rows[config.digest] = r
+            self._rows[(family, problem)] = rows
+            self._sdpa.setdefault(problem, shape["sdpa"])
             for digest, row in rows.items():
                 self._builds.setdefault(digest, row)
 
     @property
     def problems(self) -> list[Problem]:
-        return list(self._shapes)
+        """Every recorded problem, in the order of the recordings."""
+        return list(self._sdpa)
+
+    def rows(self, problem: Problem, family: str | None = None) -> list[dict[str, Any]]:
+        """The recorded rows of a problem: of one family, or of every family."""
+        return [row for (f, p), rows in self._rows.items()
+                if p == problem and family in (None, f) for row in rows.values()]
 
     def device(self) -> DeviceInfo:
         return self._device
 
     def target(self) -> Target:
         return self._target
+
+    def families(self) -> list[str]:
+        """The recorded families the recorded GPU supports."""
+        return [f for f in supported_families(self._target) if f in self._families]
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         results = []
@@ -192,8 +243,10 @@ class ReplayBackend:
             row = self._builds.get(config.digest)
             if row is None or "registers" not in row:
                 status = row["status"] if row else "compile_error"
-                results.append(BuildResult(config, self._target.arch, status,
-                                           message=(row or {}).get("reason", "not recorded")))
+                message = (row or {}).get("reason", "not recorded")
+                if row is None and config.family not in self._families:
+                    message += f" (no {config.family} recording)"
+                results.append(BuildResult(config, self._target.arch, status, message=message))
                 continue
             ptxas = PtxasReport("cute_autotune_fwd", self._target.arch, row["registers"], 0,
                                 row.get("spill_stores", 0), row.get("spill_loads", 0), 0, 1)
@@ -205,11 +258,10 @@ class ReplayBackend:
         return f"replay-{config.digest}"
 
     def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
-        shape = self._shapes.get(problem)
-        if shape is None:
-            known = "; ".join(p.describe() for p in self._shapes)
+        if problem not in self._sdpa:
+            known = "; ".join(p.describe() for p in self._sdpa)
             raise KeyError(f"no recording of {problem.describe()} (recorded: {known})")
-        row = shape["rows"].get(config.digest)
+        row = self._rows.get((config.family, problem), {}).get(config.digest)
         if row is None:
             return {"status": "invalid", "reason": "not in the recorded space"}
         return dict(row)
@@ -233,15 +285,11 @@ class ReplayBackend:
         return [self.evaluate(problem, b, rounds=rounds, round_ms=round_ms) for b in builds]
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
-        shape = self._shapes.get(problem)
-        if shape is None:
+        sdpa = self._sdpa.get(problem)
+        if sdpa is None:
             raise KeyError(f"no recording of {problem.describe()}")
         return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"])
-                for name, t in shape["sdpa"].items()]
+                for name, t in sdpa.items()]
 
     def close(self) -> None:
         pass
-
-
-def space_size(problem: Problem, target: Target, family: str = "sm80") -> int:
-    return len(load_space(family).valid_configs(target, problem.space_values()))

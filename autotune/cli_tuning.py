@@ -13,7 +13,7 @@ from ._table import render_table
 from .problem import Problem
 from .search import Progress, SearchSettings, TuneOutcome
 from .shapes import load_shape_set
-from .store.records import BestRecord
+from .store.records import BestRecord, TrialResult
 from .store.repo import BrokenRow, TuningStore
 from .store.schema import default_url, make_engine, upgrade
 
@@ -41,10 +41,17 @@ def _fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
 # -- tune ---------------------------------------------------------------------------------------
 
 
+def _families_arg(values: list[str] | None) -> list[str] | None:
+    """--family sm80 --family sm90, or --family sm80,sm90; None when not given."""
+    if not values:
+        return None
+    return [f.strip() for value in values for f in value.split(",") if f.strip()]
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .space import load_space
+    from .search import families_to_search
     from .tuning import open_backend, tune
 
     if args.shapes:
@@ -65,28 +72,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
     settings = SearchSettings(sampler=args.sampler, seed=args.seed, trials=args.trials,
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               rerank_top=args.rerank_top, reuse=not args.no_reuse)
-    space = load_space("sm80")
     rows: list[list[Any]] = []
     outcomes: list[TuneOutcome] = []
-    bar = tqdm(total=settings.trials, file=sys.stderr, disable=args.quiet, dynamic_ncols=True)
+    backend = open_backend(args.replay)
+    try:
+        families = families_to_search(backend, _families_arg(args.family))
+    except ValueError:
+        backend.close()
+        raise
+    bar = tqdm(total=settings.trials * len(families), file=sys.stderr, disable=args.quiet,
+               dynamic_ncols=True)
 
     def on_progress(p: Progress) -> None:
         bar.update(1)
-        bar.set_postfix_str(f"failed {p.failed} pruned {p.pruned} reused {p.reused} best "
-                            f"{_fmt(p.best_tflops())} TFLOP/s x{_fmt(p.speedup(), '.2f')} SDPA")
+        bar.set_postfix_str(f"{p.family}: failed {p.failed} pruned {p.pruned} reused {p.reused} "
+                            f"best {_fmt(p.best_tflops())} TFLOP/s x{_fmt(p.speedup(), '.2f')} "
+                            "SDPA")
 
     def on_outcome(o: TuneOutcome) -> None:
         outcomes.append(o)
         if args.json:  # after every shape, so that a session stopped midway keeps its results
             Path(args.json).write_text(json.dumps([outcome_json(x) for x in outcomes], indent=1))
         bar.reset()
-        name = space.name_of(o.best.config) if o.best else "(none passed)"
-        rows.append([o.problem.describe(), name, _fmt(o.tflops()),
-                     _fmt(o.speedup("default"), ".2f", "x"), _fmt(o.speedup("flash"), ".2f", "x"),
-                     f"{o.evaluated}+{o.reused} ({o.failed} failed, {o.pruned} pruned)",
-                     o.total_trials])
+        rows.extend(outcome_rows(o, marked=len(families) > 1))
 
-    backend = open_backend(args.replay)
     start = time.monotonic()
     skipped = []
     try:
@@ -98,17 +107,49 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if store is not None and store.best(backend.device(), problem) is not None:
                 continue  # tuned by an earlier piece of this session
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
-            tune(problem, db=args.db, backend=backend, settings=settings,
+            tune(problem, db=args.db, backend=backend, settings=settings, families=families,
                  on_progress=on_progress, on_outcome=on_outcome)
     finally:
         bar.close()
         backend.close()
-    print(render_table(["problem", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
+    print(render_table(["problem", "family", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
                         "this session", "trials"], rows))
+    if len(families) > 1:
+        print("\n* the problem's best config: the fastest of all families in the final re-timing")
     if skipped:
         print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
               "run it again with --skip-tuned to continue")
     return 0 if all(o.best for o in outcomes) else 1
+
+
+def _speedup(o: TuneOutcome, result: TrialResult | None, backend: str) -> float | None:
+    base = o.baselines.get(backend)
+    if result is None or not result.median_us or base is None:
+        return None
+    return base.median_us / result.median_us
+
+
+def outcome_rows(o: TuneOutcome, marked: bool) -> list[list[Any]]:
+    """Table rows of a problem's session: one per family, the winner's first (marked with *
+    when several families competed)."""
+    from .space import load_space
+
+    winner = o.best.config.family if o.best else None
+    entries: list[tuple[str, TrialResult | None, str, Any]] = [
+        (f.family, f.best, f"{f.evaluated}+{f.reused} ({f.failed} failed, {f.pruned} pruned)",
+         f.total_trials) for f in o.families]
+    if o.best is not None and o.family(o.best.config.family) is None:
+        entries.append((o.best.config.family, o.best, "earlier best, re-timed", ""))
+    entries.sort(key=lambda e: e[0] != winner)  # stable: the winner's family first
+    rows = []
+    for i, (family, result, session, trials) in enumerate(entries):
+        rows.append([o.problem.describe() if i == 0 else "",
+                     family + (" *" if marked and family == winner else ""),
+                     load_space(family).name_of(result.config) if result else "(none passed)",
+                     _fmt(result.tflops(o.problem) if result else None),
+                     _fmt(_speedup(o, result, "default"), ".2f", "x"),
+                     _fmt(_speedup(o, result, "flash"), ".2f", "x"), session, trials])
+    return rows
 
 
 def outcome_json(o: TuneOutcome) -> dict[str, Any]:
@@ -120,7 +161,14 @@ def outcome_json(o: TuneOutcome) -> dict[str, Any]:
             "sdpa_default_tflops": _tflops(o, "default"), "sdpa_flash_tflops": _tflops(o, "flash"),
             "speedup_vs_default": o.speedup("default"), "speedup_vs_flash": o.speedup("flash"),
             "trials": o.total_trials, "evaluated_now": o.evaluated, "failed_now": o.failed,
-            "pruned_now": o.pruned, "study": o.study, "device": o.device.as_dict()}
+            "pruned_now": o.pruned, "study": o.study, "device": o.device.as_dict(),
+            "families": {f.family: {
+                "study": f.study, "config": f.best.config.as_dict() if f.best else None,
+                "median_us": f.best.median_us if f.best else None, "tflops": f.tflops(o.problem),
+                "speedup_vs_default": _speedup(o, f.best, "default"),
+                "speedup_vs_flash": _speedup(o, f.best, "flash"), "trials": f.total_trials,
+                "evaluated_now": f.evaluated, "failed_now": f.failed, "pruned_now": f.pruned,
+                "reused_now": f.reused} for f in o.families}}
 
 
 def _tflops(o: TuneOutcome, backend: str) -> float | None:
@@ -134,20 +182,23 @@ def _tflops(o: TuneOutcome, backend: str) -> float | None:
 def _record_row(r: BestRecord) -> list[Any]:
     from .space import load_space
 
-    return [r.device.name, r.problem.describe(), load_space(r.config.family).name_of(r.config),
+    return [r.device.name, r.problem.describe(), r.config.family,
+            load_space(r.config.family).name_of(r.config),
             _fmt(r.tflops), _fmt(r.speedup_vs_default, ".2f", "x"),
             _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source]
 
 
 def _record_json(r: BestRecord) -> dict[str, Any]:
     return {"device": r.device.as_dict(), "problem": r.problem.as_dict(),
-            "config": r.config.as_dict(), "median_us": r.median_us, "tflops": r.tflops,
+            "family": r.config.family, "config": r.config.as_dict(), "median_us": r.median_us,
+            "tflops": r.tflops,
             "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
             "speedup_vs_default": r.speedup_vs_default, "speedup_vs_flash": r.speedup_vs_flash,
             "trials": r.trials, "source": r.source, "study": r.study}
 
 
 def cmd_best(args: argparse.Namespace) -> int:
+    from .space import load_space
     from .tuning import best_config
 
     problem = problem_from_args(args)
@@ -163,6 +214,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     else:
         print(f"no exact match for {problem.describe()}; nearest tuned problem is "
               f"{r.problem.describe()} on {r.device.name} (distance {answer.distance:.2f})")
+    print(f"family: {r.config.family} ({load_space(r.config.family).name_of(r.config)})")
     print(f"config: {r.config.to_json()}")
     print(f"measured: {r.median_us:.1f} us, {r.tflops:.1f} TFLOP/s; SDPA default "
           f"{_fmt(r.sdpa_default_us, '.1f', ' us')} ({_fmt(r.speedup_vs_default, '.2f', 'x')}), "
@@ -178,8 +230,8 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     store = TuningStore(args.db)
     records = store.list_best(args.device)
-    print(render_table(["device", "problem", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
-                        "trials", "source"], [_record_row(r) for r in records]))
+    print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",
+                        "vs FLASH", "trials", "source"], [_record_row(r) for r in records]))
     broken = store.broken_rows()
     for reason in broken:
         print(f"refused a stored row: {reason}", file=sys.stderr)
@@ -258,10 +310,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
     add_problem_args(p, required=False)
     p.add_argument("--shapes", help="a shape set: a name in search_spaces/shapes or a TOML path")
-    p.add_argument("--trials", type=int, default=40, help="new configs to evaluate per shape")
+    p.add_argument("--family", action="append", metavar="FAMILY",
+                   help="kernel family to search (repeatable, or a comma list; default: every "
+                   "family the GPU runs, e.g. sm80 and sm90 on an H200)")
+    p.add_argument("--trials", type=int, default=40,
+                   help="new configs to evaluate per shape and family")
     p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-budget", type=float, help="seconds of search per shape")
+    p.add_argument("--time-budget", type=float, help="seconds of search per shape and family")
     p.add_argument("--stop-after", type=float,
                    help="start no new shape after this many seconds (resume by running again)")
     p.add_argument("--skip-tuned", action="store_true",
@@ -270,8 +326,9 @@ def register(sub: Any) -> None:
     p.add_argument("--rerank-top", type=int, default=5)
     p.add_argument("--no-reuse", action="store_true",
                    help="time configs again even when the database has a measurement")
-    p.add_argument("--replay", help="serve measurements recorded by benchmarks/sweep.py "
-                   "instead of a GPU")
+    p.add_argument("--replay", action="append", metavar="RECORDING",
+                   help="serve measurements recorded by benchmarks/sweep.py instead of a GPU "
+                   "(repeatable: one recording per family)")
     p.add_argument("--json", help="write the outcomes to this file")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_tune)

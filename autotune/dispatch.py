@@ -1,11 +1,15 @@
 """Decide which kernel runs a problem on a GPU, once per problem key, then remember it.
 
 Order: the exact problem tuned in the database; else the nearest tuned problem of the same
-dtype, head dim and causality (store.repo.problem_distance); else the family's built-in
-heuristic for the head dim; else torch SDPA (fallback), with the reason. A chosen config that is
-not compiled yet is compiled now (unless compile-on-miss is off, then the next option is
-tried). The first use of a database on a GPU it knows nothing of imports the shipped results
-of that GPU from db/ (tuning more adds to the user's database).
+dtype, head dim and causality (store.repo.problem_distance); else a built-in default for the
+head dim; else torch SDPA (fallback), with the reason. Tuned configs come from the database
+whatever their kernel family (the tuner stored the fastest of all families); each is checked
+against its own family's space and this GPU, and one this GPU cannot run is skipped with the
+reason. The built-in default is that of the family of highest `dispatch_priority` (a key of
+each space file) among those the GPU runs. A chosen config that is not compiled yet is compiled
+now (unless compile-on-miss is off, then the next option is tried). The first use of a
+database on a GPU it knows nothing of imports the shipped results of that GPU from db/ (tuning
+more adds to the user's database).
 
 After the first call per key the decision is a dict lookup: no database query, no file I/O, no
 compile; each cubin is loaded once per process.
@@ -23,13 +27,12 @@ from .compiler import compile_config, lookup
 from .config import Config
 from .kernel import CompiledKernel
 from .problem import Problem
-from .space import load_space
+from .space import default_config, load_space, supported_families, unsupported_reason
 from .store.records import DeviceInfo
 from .store.repo import BrokenRow, TuningStore
 from .target import Target, target_for_device
 
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
-FAMILY = "sm80"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Decision:
     measured_tflops: float | None = None
     speedup_vs_sdpa: float | None = None
     kernel: CompiledKernel | None = field(default=None, compare=False, repr=False)
+    skipped: tuple[str, ...] = ()  # better-ranked options passed over, each with its reason
 
     def describe(self) -> str:
         if self.config is None:
@@ -53,7 +57,8 @@ class Decision:
                  NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})"}[self.path]
         speed = (f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
                  if self.measured_tflops and self.speedup_vs_sdpa else "")
-        return f"{self.path}: {name}, {where}{speed}"
+        passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
+        return f"{self.path}: {name}, {where}{speed}{passed}"
 
 
 def device_info(index: int) -> DeviceInfo:
@@ -122,8 +127,8 @@ class Dispatcher:
                     self._memo[key] = decision
         return decision
 
-    def _candidates(self, problem: Problem, device: DeviceInfo) -> list[Decision]:
-        space = load_space(FAMILY)
+    def _candidates(self, problem: Problem, device: DeviceInfo,
+                    target: Target) -> list[Decision]:
         options: list[Decision] = []
         try:
             self.db_queries += 1
@@ -145,7 +150,7 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             options.append(Decision(FALLBACK, f"tuning database unavailable: {exc}"))
         options = [o for o in options if o.config is not None]
-        heuristic = space.heuristic(problem.space_values())
+        heuristic = default_config(problem.space_values(), target)
         if heuristic is not None:
             options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
                                     "causality on this GPU", heuristic))
@@ -156,22 +161,21 @@ class Dispatcher:
 
     def _decide(self, problem: Problem, device_index: int) -> Decision:
         device, target = self._identify(device_index)
-        space = load_space(FAMILY)
-        if target.cc < space.min_cc:
-            return Decision(FALLBACK, f"{device.name} (sm_{target.cc}) is older than the "
-                            f"{FAMILY} family needs (sm_{space.min_cc})")
-        problems = []
-        for option in self._candidates(problem, device):
+        if not supported_families(target):
+            return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
+        problems: list[str] = []
+        for option in self._candidates(problem, device, target):
             assert option.config is not None
-            reasons = space.violations(option.config, target)
+            reasons = load_space(option.config.family).violations(option.config, target)
             if reasons:
-                problems.append(f"{option.path} config invalid here: {'; '.join(reasons)}")
+                problems.append(f"{option.path} {option.config.family} config cannot run here: "
+                                f"{'; '.join(reasons)}")
                 continue
             kernel = self._load(option.config, target, device_index, problems)
             if kernel is not None:
                 return Decision(option.path, option.reason, option.config, option.tuned_problem,
                                 option.distance, option.measured_us, option.measured_tflops,
-                                option.speedup_vs_sdpa, kernel)
+                                option.speedup_vs_sdpa, kernel, tuple(problems))
         return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
 
     def _load(self, config: Config, target: Target, device_index: int,

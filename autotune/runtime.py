@@ -19,11 +19,12 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from .dispatch import FALLBACK, Decision, Dispatcher
 from .problem import Problem
-from .space import load_space
+from .space import families, load_space
 from .tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld
 
 if TYPE_CHECKING:
@@ -78,6 +79,13 @@ def _strict(strict: bool | None) -> bool:
     return strict if strict is not None else os.environ.get(STRICT_ENV, "0") not in ("", "0")
 
 
+@cache
+def _head_dims() -> tuple[int, ...]:
+    """The head dims some kernel family has (dispatch then finds one that runs on the GPU)."""
+    return tuple(sorted({int(d) for f in families()
+                         for d in load_space(f).params["head_dim"].values}))
+
+
 def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                 layout: str) -> tuple[Problem | None, str | None]:
     """(problem, None) when the kernels can run it, (problem or None, reason) when they cannot.
@@ -91,7 +99,7 @@ def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
         return None, f"dtype {q.dtype} is not supported (fp16 and bf16 are)"
     problem = Problem(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim, dtype,
                       bool(causal))
-    head_dims = load_space("sm80").params["head_dim"].values
+    head_dims = _head_dims()
     if s.head_dim not in head_dims:
         return problem, f"head dim {s.head_dim} is not one of {list(head_dims)}"
     if q.requires_grad or k.requires_grad or v.requires_grad:

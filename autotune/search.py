@@ -1,6 +1,10 @@
 """The tuning loop of one problem: Optuna proposes, the space prunes, the backend compiles then
 validates and times, the store records, and a final re-timing of the finalists picks the winner.
 
+The kernel family is a search dimension: each family the GPU can run (its space file says which)
+gets its own Optuna study and trial budget, since the families share no parameters; the final
+re-timing puts the top configs of every family side by side, and the fastest of any family wins.
+
 This is the one place where the pipeline is chained. Search strategy never compiles (the backend
 does), statically invalid configs never reach the backend, and compiling never overlaps timing:
 each batch is built first and timed after.
@@ -11,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +23,9 @@ from .backends import Backend
 from .compiler import BuildResult
 from .config import Config
 from .problem import Problem
-from .space import load_space
+from .space import load_space, supported_families, unsupported_reason
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
-from .store.repo import TuningStore
+from .store.repo import BrokenRow, TuningStore
 
 SAMPLERS = ("tpe", "grid", "random")
 
@@ -30,8 +34,8 @@ SAMPLERS = ("tpe", "grid", "random")
 class SearchSettings:
     sampler: str = "tpe"
     seed: int = 0
-    trials: int = 40  # new configs to evaluate in this session (a resumed study adds to it)
-    time_budget_s: float | None = None
+    trials: int = 40  # new configs to evaluate per family searched (a resumed study adds to it)
+    time_budget_s: float | None = None  # seconds of search per family
     batch_size: int = 4  # configs compiled together before the GPU times them
     rounds: int = 5
     round_ms: float = 20.0
@@ -53,9 +57,11 @@ class SearchSettings:
 
 @dataclass
 class Progress:
-    """Counters of a running session, handed to the progress callback after every trial."""
+    """Counters of the search of one family, handed to the progress callback after every
+    trial."""
 
     problem: Problem
+    family: str
     evaluated: int = 0
     failed: int = 0
     pruned: int = 0
@@ -74,10 +80,30 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class FamilyOutcome:
+    """What the search of one kernel family did for a problem, and its fastest finalist."""
+
+    family: str
+    study: str
+    best: TrialResult | None  # this family's fastest config in the final re-timing
+    evaluated: int
+    failed: int
+    pruned: int
+    reused: int
+    total_trials: int
+
+    def tflops(self, problem: Problem) -> float | None:
+        return self.best.tflops(problem) if self.best else None
+
+
+@dataclass(frozen=True)
 class TuneOutcome:
+    """A problem's session: the overall winner (whatever its family) and, in `families`, each
+    family's search. Counters are sums over the families searched."""
+
     problem: Problem
     device: DeviceInfo
-    study: str
+    study: str  # the winner's study (the first family's when nothing passed)
     best: TrialResult | None
     baselines: dict[str, BaselineTiming]
     evaluated: int
@@ -86,6 +112,10 @@ class TuneOutcome:
     reused: int
     total_trials: int
     finalists: list[TrialResult] = field(default_factory=list)
+    families: tuple[FamilyOutcome, ...] = ()
+
+    def family(self, name: str) -> FamilyOutcome | None:
+        return next((f for f in self.families if f.family == name), None)
 
     def tflops(self) -> float | None:
         return self.best.tflops(self.problem) if self.best else None
@@ -117,7 +147,7 @@ def _sampler(settings: SearchSettings) -> Any:
         return optuna.samplers.RandomSampler(seed=settings.seed)
     # Configs of a batch are proposed before any of them is timed: the constant liar makes TPE
     # treat the pending ones as bad, so a batch spreads out instead of repeating one guess.
-    # `group` models conditional structure (several families' parameters later).
+    # `group` models conditional structure within a family's space.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
@@ -162,31 +192,136 @@ def _neighbours(space: Any, target: Any, fixed: dict[str, Any],
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class _FamilySearch:
+    family: str
+    study: str
+    top: list[Config]  # the fastest distinct configs of the study, for the final re-timing
+    evaluated: int
+    failed: int
+    pruned: int
+    reused: int
+    total_trials: int
+
+
+@dataclass(frozen=True)
+class _Reranked:
+    result: TrialResult
+    measurement_id: int
+    study: str
+
+
+def families_to_search(backend: Backend, families: Sequence[str] | None = None) -> list[str]:
+    """The kernel families a session searches: those asked for (each must run on the backend's
+    target), else every family the backend can run there."""
+    target = backend.target()
+    if families is None:
+        chosen = backend.families()
+        if not chosen:
+            supported = supported_families(target)
+            raise ValueError(f"no kernel family to search on {target.name}: "
+                             + (f"the backend offers none of {', '.join(supported)}" if supported
+                                else unsupported_reason(target)))
+        return chosen
+    chosen = list(dict.fromkeys(families))
+    if not chosen:
+        raise ValueError("no kernel family to search")
+    for family in chosen:
+        space = load_space(family)  # an unknown family is refused here, with the known ones
+        if not space.supports(target.cc):
+            raise ValueError(f"family {family} runs on {space.cc_range()}; {target.name} is "
+                             f"{target.arch}")
+    return chosen
+
+
 def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
-                 settings: SearchSettings = SearchSettings(), *, family: str = "sm80",
+                 settings: SearchSettings = SearchSettings(), *,
+                 families: Sequence[str] | None = None,
                  on_progress: Callable[[Progress], None] | None = None) -> TuneOutcome:
+    """Search each family (default: every family the backend runs on its GPU) in its own study,
+    `settings.trials` new configs each, then re-time the top configs of all of them together;
+    the fastest, whatever its family, becomes the best config of (device, problem)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    chosen = families_to_search(backend, families)
+    device = backend.device()
+    studies = {family: study_name(device, family, problem) for family in chosen}
+
+    baselines = store.latest_baselines(device, problem)
+    if "default" not in baselines:
+        measured = backend.baselines(problem)
+        store.record_baselines(device, problem, studies[chosen[0]], measured)
+        baselines = {b.backend: b for b in measured}
+    sdpa_default = baselines["default"].median_us if "default" in baselines else None
+
+    searches = [_search_family(problem, family, studies[family], backend, store, settings,
+                               sdpa_default, on_progress) for family in chosen]
+    finalists = [(search.study, config) for search in searches for config in search.top]
+    # A best config of a family not searched now (tuned earlier) defends its place in the same
+    # re-timing, so that tuning one family again cannot replace a faster kernel of another.
+    defender_trials = 0
+    try:
+        stored = store.best(device, problem)
+    except BrokenRow:
+        stored = None
+    if stored is not None and stored.config.family not in chosen \
+            and stored.config.family in backend.families():
+        defender = study_name(device, stored.config.family, problem)
+        finalists.append((defender, stored.config))
+        defender_trials = _counted_trials(store, defender)
+
+    reranked = _rerank(problem, backend, store, settings, finalists, device, sdpa_default)
+    winner = min(reranked, key=lambda r: r.result.median_us or math.inf) if reranked else None
+    total = sum(search.total_trials for search in searches) + defender_trials
+    if winner is not None:
+        store.set_best(device, problem, winner.result, measurement_id=winner.measurement_id,
+                       study=winner.study, trials=total, sdpa_default_us=sdpa_default,
+                       sdpa_flash_us=baselines["flash"].median_us if "flash" in baselines
+                       else None)
+    outcomes = []
+    for search in searches:
+        mine = [r.result for r in reranked if r.result.config.family == search.family]
+        outcomes.append(FamilyOutcome(
+            search.family, search.study,
+            min(mine, key=lambda r: r.median_us or math.inf) if mine else None,
+            search.evaluated, search.failed, search.pruned, search.reused, search.total_trials))
+    return TuneOutcome(problem, device, winner.study if winner else studies[chosen[0]],
+                       winner.result if winner else None, baselines,
+                       sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),
+                       sum(o.pruned for o in outcomes), sum(o.reused for o in outcomes), total,
+                       [r.result for r in reranked], tuple(outcomes))
+
+
+def _counted_trials(store: TuningStore, name: str) -> int:
+    """Trials of a study that evaluated a config (not pruned statically, not repeats)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=store.url)
+    except KeyError:  # a best config imported from another database has no study here
+        return 0
+    return len([t for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
+
+
+def _search_family(problem: Problem, family: str, name: str, backend: Backend,
+                   store: TuningStore, settings: SearchSettings, sdpa_default: float | None,
+                   on_progress: Callable[[Progress], None] | None) -> _FamilySearch:
+    """One family's study: Optuna proposes, the space prunes, the backend builds then times."""
     import optuna
     from optuna.distributions import BaseDistribution, CategoricalDistribution
     from optuna.trial import TrialState
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(family)
     device, target = backend.device(), backend.target()
-    name = study_name(device, family, problem)
     study = optuna.create_study(study_name=name, storage=store.url, direction="minimize",
                                 sampler=_sampler(settings), load_if_exists=True)
     distributions: dict[str, BaseDistribution] = {
         p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
     fixed = problem.space_values()
     valid = {c.digest for c in space.valid_configs(target, fixed)}
-    progress = Progress(problem)
-
-    baselines = store.latest_baselines(device, problem)
-    if "default" not in baselines:
-        measured = backend.baselines(problem)
-        store.record_baselines(device, problem, name, measured)
-        baselines = {b.backend: b for b in measured}
-    sdpa_default = baselines["default"].median_us if "default" in baselines else None
+    progress = Progress(problem, family)
     progress.sdpa_default_us = sdpa_default
 
     # What this study already knows, by config digest: value (median us) or None for a failure.
@@ -207,7 +342,7 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
                 study.enqueue_trial({name: config[name] for name in tunable},
                                     skip_if_exists=True)
     elif settings.warm_start or settings.seed_heuristic:
-        near = store.nearest(device, problem) if settings.warm_start else None
+        near = store.nearest(device, problem, family=family) if settings.warm_start else None
         seeds = [near[0].config] if near else []
         default = space.heuristic(fixed) if settings.seed_heuristic else None
         if default is not None and space.is_valid(default, target):
@@ -304,28 +439,6 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
             if on_progress:
                 on_progress(progress)
 
-    reranked = _rerank(problem, backend, store, settings, study, name, device, sdpa_default)
-    finalists = [result for result, _ in reranked]
-    winner = min(reranked, key=lambda rm: rm[0].median_us or math.inf) if reranked else None
-    best = winner[0] if winner else None
-    total = len([t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
-    if winner is not None:
-        store.set_best(device, problem, winner[0], measurement_id=winner[1], study=name,
-                       trials=total, sdpa_default_us=sdpa_default,
-                       sdpa_flash_us=baselines["flash"].median_us if "flash" in baselines
-                       else None)
-    return TuneOutcome(problem, device, name, best, baselines, progress.evaluated,
-                       progress.failed, progress.pruned, progress.reused, total, finalists)
-
-
-def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
-            study: Any, name: str, device: DeviceInfo, sdpa_default: float | None
-            ) -> list[tuple[TrialResult, int]]:
-    """Re-time the top few distinct configs of the study together; the winner comes from these
-    measurements, not from a lucky search sample."""
-    from optuna.trial import TrialState
-
     ranked: dict[str, tuple[float, Config]] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         digest, raw = t.user_attrs.get("digest"), t.user_attrs.get("config")
@@ -333,16 +446,29 @@ def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: Se
             if digest not in ranked or t.value < ranked[digest][0]:
                 ranked[digest] = (t.value, Config.from_json(raw))
     top = [config for _, config in sorted(ranked.values(), key=lambda vc: vc[0])]
-    top = top[: settings.rerank_top]
-    if not top:
+    total = len([t for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
+    return _FamilySearch(family, name, top[: settings.rerank_top], progress.evaluated,
+                         progress.failed, progress.pruned, progress.reused, total)
+
+
+def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
+            finalists: list[tuple[str, Config]], device: DeviceInfo,
+            sdpa_default: float | None) -> list[_Reranked]:
+    """Re-time the finalists of every family together (interleaved on the GPU); the winner
+    comes from these measurements, not from a lucky search sample. Each measurement is
+    recorded under the study of its config's family."""
+    if not finalists:
         return []
-    builds: list[BuildResult] = [b for b in backend.build(top) if b.ok]
+    study_of = {config.digest: study for study, config in finalists}
+    builds: list[BuildResult] = [b for b in backend.build([c for _, c in finalists]) if b.ok]
     results = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
                              round_ms=settings.rerank_round_ms)
     final = []
     for build, result in zip(builds, results, strict=True):
-        measurement_id = store.record_trial(device, problem, result, build=build, study=name,
+        study = study_of[build.config.digest]
+        measurement_id = store.record_trial(device, problem, result, build=build, study=study,
                                             phase="rerank", baseline_us=sdpa_default)
         if result.ok:
-            final.append((result, measurement_id))
+            final.append(_Reranked(result, measurement_id, study))
     return final

@@ -72,6 +72,9 @@ class Space:
             self.description: str = data.get("description", "")
             self.min_cc: int = int(data.get("min_compute_capability", 0))
             self.max_cc: int = int(data.get("max_compute_capability", 10_000))
+            # Which family's built-in default dispatch prefers when several could run a problem
+            # that nobody tuned (the highest wins); tuned results choose by measurement instead.
+            self.dispatch_priority: int = int(data.get("dispatch_priority", 0))
             self.gencode: str = data["gencode"]
             self.header: str = data["header"]
             self.entry_macro: str = data["entry_macro"]
@@ -119,6 +122,18 @@ class Space:
     def from_file(cls, path: Path) -> Space:
         with open(path, "rb") as f:
             return cls(tomllib.load(f), str(path))
+
+    def supports(self, cc: int) -> bool:
+        """Whether devices of compute capability `cc` (90 for sm_90) can run this family."""
+        return self.min_cc <= cc <= self.max_cc
+
+    def cc_range(self) -> str:
+        """The compute capabilities this family runs on, in words: "sm_80 and newer"."""
+        if self.max_cc >= 10_000:
+            return f"sm_{self.min_cc} and newer"
+        if self.min_cc == self.max_cc:
+            return f"sm_{self.min_cc} only"
+        return f"sm_{self.min_cc} to sm_{self.max_cc}"
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -174,7 +189,7 @@ class Space:
             self.validate(config)
         except InvalidConfig as exc:
             return exc.reasons
-        if not self.min_cc <= target.cc <= self.max_cc:
+        if not self.supports(target.cc):
             return [f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
                     f"target is {target.arch}"]
         env = self.environment(config, target)
@@ -236,7 +251,40 @@ class Space:
 
 
 def families() -> list[str]:
+    """Every kernel family: one per space file in search_spaces/."""
     return sorted(p.stem for p in search_spaces_dir().glob("*.toml"))
+
+
+def supported_families(target: Target | int) -> list[str]:
+    """The families whose kernels run on `target` (a Target or a compute capability), by name."""
+    cc = target if isinstance(target, int) else target.cc
+    return [f for f in families() if load_space(f).supports(cc)]
+
+
+def default_config(problem_values: Mapping[str, Value], target: Target) -> Config | None:
+    """The built-in default config for a problem class on `target`: that of the family of
+    highest `dispatch_priority` among those the target runs that have a default for the head
+    dim (None if none has)."""
+    spaces = sorted((load_space(f) for f in supported_families(target)),
+                    key=lambda s: (-s.dispatch_priority, s.family))
+    for space in spaces:
+        try:
+            config = space.heuristic(problem_values)
+        except InvalidConfig:  # a problem value outside this family's space
+            continue
+        if config is not None:
+            return config
+    return None
+
+
+def unsupported_reason(target: Target | int) -> str:
+    """Why no family runs on `target`, naming what each family needs."""
+    cc = target if isinstance(target, int) else target.cc
+    spaces = [load_space(f) for f in families()]
+    needs = ", ".join(f"{s.family} needs {s.cc_range()}" for s in spaces)
+    if all(cc < s.min_cc for s in spaces):
+        return f"sm_{cc} is older than any kernel family supports ({needs})"
+    return f"no kernel family supports sm_{cc} ({needs})"
 
 
 @cache

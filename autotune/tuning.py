@@ -20,16 +20,24 @@ class BestAnswer:
     distance: float  # 0 for exact; see store.repo.problem_distance
 
 
-def open_backend(replay: str | Path | None = None, device: int = 0) -> Backend:
-    """The GPU backend, or a replay of recorded measurements."""
-    return ReplayBackend(Path(replay)) if replay else GpuBackend(device)
+def open_backend(replay: str | Path | Sequence[str | Path] | None = None,
+                 device: int = 0) -> Backend:
+    """The GPU backend, or a replay of recorded measurements (one recording per family)."""
+    if not replay:
+        return GpuBackend(device)
+    paths = [replay] if isinstance(replay, (str, Path)) else list(replay)
+    return ReplayBackend([Path(p) for p in paths])
 
 
 def tune(problems: Problem | Sequence[Problem], *, db: str | None = None,
          backend: Backend | None = None, settings: SearchSettings | None = None,
+         families: Sequence[str] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
          on_outcome: Callable[[TuneOutcome], None] | None = None) -> list[TuneOutcome]:
-    """Tune each problem on the backend's device (default: the GPU) into the database."""
+    """Tune each problem on the backend's device (default: the GPU) into the database.
+
+    `families`: the kernel families to search (default: every family the device runs); each
+    gets `settings.trials` trials, and the fastest config of any of them is the best."""
     items = [problems] if isinstance(problems, Problem) else list(problems)
     store = TuningStore(db)
     owned = backend is None
@@ -38,7 +46,7 @@ def tune(problems: Problem | Sequence[Problem], *, db: str | None = None,
         outcomes = []
         for problem in items:
             outcome = tune_problem(problem, backend, store, settings or SearchSettings(),
-                                   on_progress=on_progress)
+                                   families=families, on_progress=on_progress)
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)

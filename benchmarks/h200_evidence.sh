@@ -45,9 +45,11 @@ overhead)
   ;;
 tune)
   # One piece (< 10 min) of the llm-prefill session; the database travels in .tuning/ (carried)
-  # and comes back in $OUT, so the next piece resumes it.
+  # and comes back in $OUT, so the next piece resumes it. FAMILIES=sm80 (the shipped
+  # db/h200_sm80.json) unless set, e.g. FAMILIES=sm80,sm90 to let both families compete.
   mkdir -p .tuning; piece=$(date +%s)
   python3 -m autotune.cli tune --shapes llm-prefill --trials "${TRIALS:-16}" --skip-tuned \
+    --family "${FAMILIES:-sm80}" \
     --stop-after "${STOP_AFTER:-420}" --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$OUT/tune_piece_$piece.json" --quiet 2>&1 | tail -80 | tee "$OUT/tune_piece_$piece.txt"
   cp .tuning/h200.db "$OUT/h200.db"

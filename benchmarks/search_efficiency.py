@@ -32,7 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def trials_to_target(backend: ReplayBackend, problem: Any, sampler: str, seed: int,
-                     budget: int, target_us: float, workdir: Path) -> int | None:
+                     budget: int, target_us: float, workdir: Path, family: str) -> int | None:
     store = TuningStore(f"sqlite:///{workdir}/{sampler}-{seed}-{abs(hash(problem))}.db")
     reached: list[int] = []
 
@@ -43,7 +43,7 @@ def trials_to_target(backend: ReplayBackend, problem: Any, sampler: str, seed: i
     settings = {"sampler": "tpe", **VARIANTS[sampler]}
     tune_problem(problem, backend, store,
                  SearchSettings(seed=seed, trials=budget, warm_start=0, rerank_top=1, **settings),
-                 on_progress=watch)
+                 families=[family], on_progress=watch)
     return reached[0] if reached else None
 
 
@@ -56,17 +56,18 @@ def main() -> int:
     args = parser.parse_args()
 
     backend = ReplayBackend(Path(args.recording))
-    space = load_space("sm80")
+    (family,) = backend.families()
+    space = load_space(family)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for problem in backend.problems:
             valid = len(space.valid_configs(backend.target(), problem.space_values()))
-            recorded = backend._shapes[problem]["rows"].values()  # noqa: SLF001
+            recorded = backend.rows(problem, family)
             best = min(r["median_us"] for r in recorded if r.get("median_us"))
             for sampler in args.samplers:
                 for seed in range(args.seeds):
                     n = trials_to_target(backend, problem, sampler, seed, valid // 4,
-                                         best * 1.02, Path(tmp))
+                                         best * 1.02, Path(tmp), family)
                     rows.append({"shape": problem.describe(), "problem": problem.as_dict(),
                                  "sampler": sampler, "valid_configs": valid, "seed": seed,
                                  "trials_to_within_2pct": n,

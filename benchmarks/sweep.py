@@ -1,10 +1,13 @@
-"""Exhaustive sweep: time every valid sm80 config on a few shapes, SDPA beside it, same run.
+"""Exhaustive sweep: time every valid config of a family on a few shapes, SDPA beside it.
 
 The recorded measurements are what the replay backend serves in CI (issue 3) and what the
 search-efficiency study runs on. Every timed config's output is first compared with SDPA's on
 the same inputs; its relative error is stored with its time.
 
     python benchmarks/sweep.py --json benchmarks/results/sweep_sm80_h200.json
+    python benchmarks/sweep.py --family sm90 --json benchmarks/results/sweep_sm90_h200.json
+
+One recording per family; `cute-autotune tune --replay A --replay B` serves several.
 """
 
 from __future__ import annotations
@@ -40,9 +43,9 @@ SHAPES = [
 ]
 
 
-def sweep_shape(problem: Problem, rounds: int, round_ms: float,
-                limit: int | None = None) -> dict[str, Any]:
-    space, target = load_space("sm80"), default_target()
+def sweep_shape(problem: Problem, rounds: int, round_ms: float, limit: int | None = None,
+                family: str = "sm80") -> dict[str, Any]:
+    space, target = load_space(family), default_target()
     configs = space.valid_configs(target, problem.space_values())[:limit]
     builds = compile_many(configs, target)
     dtype = torch_dtype(problem.dtype)
@@ -99,6 +102,7 @@ def sweep_shape(problem: Problem, rounds: int, round_ms: float,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
+    parser.add_argument("--family", default="sm80", help="kernel family to sweep")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-ms", type=float, default=10.0)
     parser.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default all)")
@@ -109,7 +113,7 @@ def main() -> int:
     results = []
     for dtype, d, causal, b, hq, hkv, length in chosen:
         problem = Problem(b, hq, hkv, length, length, d, dtype, causal)
-        result = sweep_shape(problem, args.rounds, args.round_ms, args.limit)
+        result = sweep_shape(problem, args.rounds, args.round_ms, args.limit, args.family)
         timed = [r for r in result["configs"] if "tflops" in r]
         best = max(timed, key=lambda r: r["tflops"])
         print(f"{problem.describe()}: {len(timed)}/{len(result['configs'])} timed, best "
@@ -119,8 +123,8 @@ def main() -> int:
     info = task_device_info({"device": torch.cuda.current_device()})
     info.pop("status")
     payload = {"gpu": torch.cuda.get_device_name(), "device": info, "torch": torch.__version__,
-               "nvcc": toolchain().nvcc_version, "family": "sm80",
-               "source_hash": load_space("sm80").source_hash(),
+               "nvcc": toolchain().nvcc_version, "family": args.family,
+               "source_hash": load_space(args.family).source_hash(),
                "command": " ".join(["python", *sys.argv]), "shapes": results}
     Path(args.json).write_text(json.dumps(payload, separators=(",", ":")))
     return 0

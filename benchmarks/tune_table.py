@@ -44,13 +44,13 @@ def main() -> int:
     payload = {"rows": ordered, "geomean_vs_sdpa_default": geo(speedups),
                "geomean_vs_sdpa_flash": geo(flash), "pieces": args.pieces}
     Path(args.output).write_text(json.dumps(payload, indent=1))
-    space = load_space("sm80")
     table = []
     for r in ordered:
-        name = space.name_of(Config.from_dict(r["config"])) if r.get("config") else "-"
+        config = Config.from_dict(r["config"]) if r.get("config") else None
+        name = load_space(config.family).name_of(config) if config else "-"
         table.append([f"{r['dtype']} D{r['head_dim']} {'causal' if r['causal'] else 'full'}",
                       f"{r['batch']},{r['heads_q']}/{r['heads_kv']},{r['seqlen_q']}",
-                      name.removeprefix("fwd_sm80_"), f"{r['tflops']:.1f}" if r["tflops"] else "-",
+                      name.removeprefix("fwd_"), f"{r['tflops']:.1f}" if r["tflops"] else "-",
                       f"{r['sdpa_default_tflops']:.1f}", f"{r['sdpa_flash_tflops']:.1f}"
                       if r.get("sdpa_flash_tflops") else "-",
                       f"{r['speedup_vs_default']:.2f}x" if r.get("speedup_vs_default") else "-",

@@ -146,3 +146,55 @@ def test_the_shipped_h200_results_answer_every_llm_prefill_problem(
         assert decision.path == "exact", (problem, decision.reason)
         assert decision.config is not None and decision.config.family == "sm80"
         assert decision.measured_tflops and decision.speedup_vs_sdpa
+
+
+def sm90_config(problem: Problem) -> Config:
+    """The last valid sm90 config of the problem class on an H200 (taken from the space, which
+    grows parameters of its own)."""
+    return load_space("sm90").valid_configs(target_for_arch(90), problem.space_values())[-1]
+
+
+def test_heuristic_comes_from_the_supported_family_of_highest_priority(
+        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    sm80, sm90 = load_space("sm80"), load_space("sm90")
+    assert sm80.dispatch_priority > sm90.dispatch_priority  # as shipped
+    # give sm90 a default tile, so that only the priority keeps dispatch on sm80
+    tile = {k: v for k, v in sm90_config(P).values if k not in P.space_values()}
+    monkeypatch.setattr(sm90, "_heuristic", {128: tile})
+    decision = make(target_cc=90).decide(P, 0)
+    assert decision.path == "heuristic" and decision.config == sm80.heuristic(P.space_values())
+    monkeypatch.setattr(sm90, "dispatch_priority", sm80.dispatch_priority + 1)
+    decision = make(target_cc=90).decide(P, 0)
+    assert decision.path == "heuristic" and decision.config == sm90_config(P)
+    # a GPU sm90 cannot run keeps sm80's default whatever the priorities
+    decision = make(target_cc=80).decide(P, 0)
+    assert decision.path == "heuristic" and decision.config is not None
+    assert decision.config.family == "sm80"
+    # a head dim sm90 has no default for falls to the next family
+    d96 = Problem(4, 16, 16, 2048, 2048, 96, "fp16", False)
+    assert make(target_cc=90).decide(d96, 0).config.family == "sm80"
+
+
+def test_a_tuned_config_of_a_family_this_gpu_cannot_run_is_skipped(make) -> None:  # type: ignore[no-untyped-def]
+    d = make(target_cc=80)
+    config = sm90_config(P)
+    TuningStore(d.db).set_best(H200, P, TrialResult(config, "ok", median_us=250.0),
+                               measurement_id=None, study="s", trials=30,
+                               sdpa_default_us=500.0, sdpa_flash_us=None)
+    decision = d.decide(P, 0)
+    assert decision.path == "heuristic" and decision.config is not None
+    assert decision.config.family == "sm80"
+    assert len(decision.skipped) == 1
+    assert decision.skipped[0].startswith("exact sm90 config cannot run here: family sm90 needs")
+    assert "passed over: exact sm90 config" in decision.describe()
+    # the same row is the exact answer on the GPU that runs it
+    exact = make(target_cc=90).decide(P, 0)  # the same database
+
+    assert exact.path == "exact" and exact.config == config and exact.skipped == ()
+
+
+def test_no_family_for_an_old_gpu_is_a_clear_fallback(make) -> None:  # type: ignore[no-untyped-def]
+    decision = make(target_cc=75).decide(P, 0)
+    assert decision.path == "fallback"
+    assert "sm_75 is older than any kernel family supports" in decision.reason
+    assert "sm80 needs sm_80 and newer" in decision.reason

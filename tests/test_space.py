@@ -3,7 +3,13 @@ from __future__ import annotations
 import pytest
 
 from autotune.config import Config, InvalidConfig
-from autotune.space import Space, load_space, validate_config
+from autotune.space import (
+    Space,
+    load_space,
+    supported_families,
+    unsupported_reason,
+    validate_config,
+)
 from autotune.target import target_for_arch
 
 H200 = target_for_arch("sm_90")
@@ -94,3 +100,18 @@ def test_space_file_errors_are_reported() -> None:
         Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
                "traits": "T", "name": "n", "params": {"a": {"role": "tunable", "values": [1]}},
                "constraints": [{"expr": "b > 1", "message": "m"}]})
+
+
+@pytest.mark.parametrize("cc, expected", [(75, []), (80, ["sm80"]), (86, ["sm80"]),
+                                          (90, ["sm80", "sm90"]), (100, ["sm80"])])
+def test_families_a_target_supports_come_from_the_space_files(cc: int,
+                                                               expected: list[str]) -> None:
+    assert supported_families(cc) == expected
+    if cc in (80, 90):
+        assert supported_families(target_for_arch(cc)) == expected
+
+
+def test_no_family_for_an_old_gpu_says_what_each_needs() -> None:
+    reason = unsupported_reason(75)
+    assert "sm_75 is older than any kernel family supports" in reason
+    assert "sm80 needs sm_80 and newer" in reason and "sm90 needs sm_90 only" in reason

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..compiler import BuildResult
 from ..config import Config, InvalidConfig
 from ..problem import Problem
-from ..space import validate_config
+from ..space import load_space, validate_config
+from ..target import target_for_arch
 from .models import (
     Baseline,
     BestConfig,
@@ -285,12 +286,15 @@ class TuningStore:
                     return self._record(row)
             return None
 
-    def nearest(self, device: DeviceInfo | str | None, problem: Problem
-                ) -> tuple[BestRecord, float] | None:
-        """The tuned problem of the same dtype, head dim and causality nearest to `problem`."""
+    def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
+                family: str | None = None) -> tuple[BestRecord, float] | None:
+        """The tuned problem of the same dtype, head dim and causality nearest to `problem`
+        (of those whose best config is of `family`, when given)."""
         with self._transaction() as s:
             candidates = []
             for row in self._best_rows(s, device):
+                if family is not None and row.config.family != family:
+                    continue
                 other = _problem_of(row.problem)
                 if (other.dtype, other.head_dim, other.causal) == (
                         problem.dtype, problem.head_dim, problem.causal):
@@ -329,7 +333,8 @@ class TuningStore:
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "results": [{
                 "device": r.device.as_dict(), "problem": r.problem.as_dict(),
-                "config": r.config.as_dict(), "median_us": r.median_us, "tflops": r.tflops,
+                "family": r.config.family, "config": r.config.as_dict(),
+                "median_us": r.median_us, "tflops": r.tflops,
                 "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
                 "trials": r.trials, "study": r.study, "source": r.source,
             } for r in self.list_best(device)],
@@ -361,6 +366,19 @@ def _positive(value: Any, name: str, optional: bool = False) -> float | None:
     return float(value)
 
 
+def _violations_on(config: Config, device: DeviceInfo) -> list[str]:
+    """Why `config` cannot run on `device`, by its family's space: compute capability, then
+    the static constraints where the device's limits are known."""
+    space = load_space(config.family)
+    if not space.supports(device.compute_capability):
+        return [f"family {config.family} runs on {space.cc_range()}"]
+    try:
+        target = target_for_arch(device.compute_capability)
+    except ValueError:  # a GPU model this release has no table entry for
+        return []
+    return space.violations(config, target)
+
+
 def parse_export(data: Any) -> list[tuple[DeviceInfo, Problem, TrialResult, dict[str, Any]]]:
     """Validate an exported document; raise BrokenRow listing every bad entry."""
     if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
@@ -380,6 +398,12 @@ def parse_export(data: Any) -> list[tuple[DeviceInfo, Problem, TrialResult, dict
                                 str(d["driver_version"]), str(d["cuda_version"]))
             problem = Problem(**entry["problem"])
             config = validate_config(Config.from_dict(entry["config"]))
+            if entry.get("family", config.family) != config.family:
+                raise BrokenRow(f"family {entry['family']!r} but a {config.family} config")
+            reasons = _violations_on(config, device)
+            if reasons:
+                raise BrokenRow(f"{config.family} config cannot run on {device.name} "
+                                f"(sm_{device.compute_capability}): {'; '.join(reasons)}")
             mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
             if mismatch:
                 raise BrokenRow(f"config is for another problem class ({mismatch} differ)")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from autotune.problem import Problem
 from autotune.space import load_space
 from autotune.store.records import BaselineTiming, DeviceInfo, TrialResult
 from autotune.store.repo import BrokenRow, TuningStore, problem_distance
+from autotune.target import target_for_arch
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 OTHER_DRIVER = DeviceInfo("NVIDIA H200", 90, 132, "590.1", "13.1")
@@ -125,3 +127,88 @@ def test_baselines_latest_wins(store: TuningStore) -> None:
                                            BaselineTiming("flash", 460, 455, 465)])
     latest = store.latest_baselines(H200, P)
     assert latest["default"].median_us == 230 and latest["flash"].median_us == 460
+
+
+def sm90_cfg(problem: Problem = P) -> Config:
+    """The last valid sm90 config of the problem class on an H200 (taken from the space, which
+    grows parameters of its own)."""
+    return load_space("sm90").valid_configs(target_for_arch(90), problem.space_values())[-1]
+
+
+def sm90_statically_invalid(problem: Problem) -> tuple[Config, str]:
+    """An sm90 config of the problem class that is in the space's domain but breaks one of its
+    constraints on an H200, and the constraint's message."""
+    space, h200 = load_space("sm90"), target_for_arch(90)
+    for config in space.all_configs(problem.space_values()):
+        reasons = space.violations(config, h200)
+        if reasons:
+            return config, reasons[0]
+    raise AssertionError("every sm90 config is valid: the test needs an invalid one")
+
+
+def put_sm90_best(store: TuningStore, problem: Problem, us: float) -> Config:
+    config = sm90_cfg(problem)
+    store.set_best(H200, problem, TrialResult(config, "ok", median_us=us), measurement_id=None,
+                   study="s90", trials=20, sdpa_default_us=200.0, sdpa_flash_us=None)
+    return config
+
+
+def test_export_import_round_trip_keeps_each_family(store: TuningStore, tmp_path: Path) -> None:
+    put_best(store, P, 400.0)
+    gqa = Problem(1, 32, 8, 8192, 8192, 128, "bf16", True)
+    config = put_sm90_best(store, gqa, 1100.0)
+    data = json.loads(json.dumps(store.export()))
+    assert sorted(e["family"] for e in data["results"]) == ["sm80", "sm90"]
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    assert other.import_results(data) == {"imported": 2, "kept_existing": 0}
+    imported = other.best(H200, gqa)
+    assert imported is not None and imported.config == config and imported.median_us == 1100.0
+    with other.engine.connect() as c:
+        rows = c.exec_driver_sql("SELECT b.family, k.family FROM best_configs b "
+                                 "JOIN kernel_configs k ON k.id = b.config_id").all()
+    assert sorted(rows) == [("sm80", "sm80"), ("sm90", "sm90")]
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda e: e["config"].update(block_m=96), "block_m = 96 is not one of [64, 128, 192]"),
+    (lambda e: e["config"].update(num_warps=4), "unknown parameter 'num_warps'"),
+    (lambda e: e.update(family="sm80"), "family 'sm80' but a sm90 config"),
+    (lambda e: e["device"].update(name="NVIDIA A100-SXM4-80GB", compute_capability=80,
+                                  sm_count=108), "runs on sm_90 only"),
+])
+def test_an_sm90_entry_is_checked_against_the_sm90_space(
+        store: TuningStore, tmp_path: Path, mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    put_best(store, P, 400.0)
+    put_sm90_best(store, Problem(8, 16, 16, 1024, 1024, 128, "fp16", False), 300.0)
+    data = store.export()
+    entry = next(e for e in data["results"] if e["family"] == "sm90")
+    mutate(entry)
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    with pytest.raises(BrokenRow, match=re.escape(fragment)):
+        other.import_results(data)
+    assert other.list_best() == []
+
+
+def test_an_sm90_entry_breaking_a_constraint_of_its_space_is_refused(
+        store: TuningStore, tmp_path: Path) -> None:
+    problem = Problem(8, 16, 16, 1024, 1024, 128, "fp16", False)
+    put_sm90_best(store, problem, 300.0)
+    data = store.export()
+    invalid, reason = sm90_statically_invalid(problem)
+    data["results"][0]["config"] = invalid.as_dict()
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    with pytest.raises(BrokenRow, match=re.escape(f"sm90 config cannot run on NVIDIA H200 "
+                                                  f"(sm_90): {reason}")):
+        other.import_results(data)
+    assert other.list_best() == []
+
+
+def test_nearest_of_one_family(store: TuningStore) -> None:
+    put_best(store, P, 400.0)
+    far = Problem(1, 16, 16, 16384, 16384, 128, "fp16", False)
+    config = put_sm90_best(store, far, 5000.0)
+    asked = Problem(2, 16, 16, 4096, 4096, 128, "fp16", False)
+    assert store.nearest(H200, asked)[0].problem == P  # type: ignore[index]
+    near = store.nearest(H200, asked, family="sm90")
+    assert near is not None and near[0].config == config and near[0].problem == far
+    assert store.nearest(H200, asked, family="sm70") is None
