@@ -148,13 +148,14 @@ def test_static_asserts_mirror_every_space_constraint() -> None:
 
 
 def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
-    """The Hopper family builds for the arch-specific target with no spills, declares its
-    warp-specialised launch (one producer warpgroup + consumers) in its LaunchInfo, and is
-    refused for a GPU that is not sm_90."""
+    """The Hopper family builds for the arch-specific target with no spills (the persistent,
+    ping-pong variant: the one whose loop once spilled), declares its warp-specialised launch
+    (one producer warpgroup + consumers) in its LaunchInfo, and is refused for a GPU that is
+    not sm_90."""
     space = load_space("sm90")
     config = space.config(head_dim=128, dtype="bf16", causal=True, block_m=128, block_n=128,
                           consumer_wgs=2, kv_stages=2, producer_regs=24, overlap=True,
-                          pingpong=True)
+                          pingpong=True, persistent=True)
     result = compile_config(config, H200, ArtifactCache(tmp_path))
     assert result.ok, result.message
     assert result.record["gencode"] == "arch=compute_90a,code=sm_90a"
