@@ -12,6 +12,10 @@
 #   bash benchmarks/h200_evidence.sh dispatch  # bench llm-prefill and untuned-probe against SDPA
 #   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host, then attention()
 #                                              # from the shipped db/ results, nothing tuned
+#   PIECE=128-fp16 bash benchmarks/h200_evidence.sh sm90space  # every valid sm90 config of one
+#                                              # (head dim, dtype), both masks, through the validator
+#                                              # (cubins prebuilt into .cubins90/; merge the pieces
+#                                              # with benchmarks/merge_checks.py)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -96,6 +100,13 @@ sm90)
       timeout 40 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 6
     done
   done > "$OUT/sm90_sanitizers_h200.txt" 2>&1; grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY|finite" "$OUT/sm90_sanitizers_h200.txt" | tail -n 60
+  ;;
+sm90space)
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90
+  d=${PIECE%-*}; dt=${PIECE#*-}
+  timeout 570 python3 -m autotune.cli check --family sm90 --head-dim "$d" --dtype "$dt" \
+    --causal both --json "$OUT/sm90_check_d${d}_$dt.json" --quiet > "$OUT/sm90_check_d${d}_$dt.txt" 2>&1
+  tail -n 3 "$OUT/sm90_check_d${d}_$dt.txt"
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac
