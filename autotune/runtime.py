@@ -97,8 +97,7 @@ def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
         return None, f"tensors are on {q.device}; the kernels run on CUDA GPUs"
     if dtype is None:
         return None, f"dtype {q.dtype} is not supported (fp16 and bf16 are)"
-    problem = Problem(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim, dtype,
-                      bool(causal))
+    problem = s.problem(dtype, causal)
     head_dims = _head_dims()
     if s.head_dim not in head_dims:
         return problem, f"head dim {s.head_dim} is not one of {list(head_dims)}"

@@ -77,6 +77,10 @@ class Shapes:
     seqlen_k: int
     head_dim: int
 
+    def problem(self, dtype: str, causal: bool) -> Problem:
+        return Problem(self.batch, self.heads_q, self.heads_kv, self.seqlen_q, self.seqlen_k,
+                       self.head_dim, dtype, bool(causal))
+
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> Shapes:
     """The attention shapes of q, k, v; raises InputError for anything that is not attention
@@ -110,6 +114,4 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
 def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: str = "bhld") -> Problem:
     """The Problem these tensors pose; raises InputError naming what is wrong."""
-    s = check_shapes(q, k, v, layout)
-    return Problem(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim,
-                   dtype_name(q.dtype), bool(causal))
+    return check_shapes(q, k, v, layout).problem(dtype_name(q.dtype), causal)

@@ -10,7 +10,8 @@
 #   bash benchmarks/h200_evidence.sh overhead  # host time per call, ours vs SDPA
 #   TRIALS=16 STOP_AFTER=470 bash benchmarks/h200_evidence.sh tune  # one piece of llm-prefill
 #   bash benchmarks/h200_evidence.sh dispatch  # bench llm-prefill and untuned-probe against SDPA
-#   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host, then attention()
+#   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host (carry .whl-fresh
+#                                              # too), then attention()
 #                                              # from the shipped db/ results, nothing tuned
 #   PIECE=128-fp16 bash benchmarks/h200_evidence.sh sm90space  # every valid sm90 config of one
 #                                              # (head dim, dtype), both masks, through the validator
@@ -69,10 +70,10 @@ dispatch)
   ;;
 fresh)
   # README command 1, unchanged, on this offline host: pip resolves from the carried wheels
-  # (.whl/fresh holds cuda-python and the rest of what nvidia-cutlass declares) and the host's
-  # own torch. Then, with an empty kernel cache and no tuning database, attention() must answer
+  # (.whl has setuptools for the build; .whl-fresh, carried for this stage only, has
+  # cuda-python and the rest of what nvidia-cutlass declares) and the host's own torch. Then, with an empty kernel cache and no tuning database, attention() must answer
   # from the shipped db/ results.
-  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whl/fresh" PIP_BREAK_SYSTEM_PACKAGES=1
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whl-fresh" PIP_BREAK_SYSTEM_PACKAGES=1
   export PYTHONPATH= HOME=/tmp/fresh-home; mkdir -p "$HOME"; unset CUTE_AUTOTUNE_CACHE CUTE_AUTOTUNE_DB
   (python3 -c "import torch" 2>/dev/null || python3 -m pip install torch==2.13.0; python3 -m pip install ".[test]" && cute-autotune demo) > "$OUT/fresh_install_h200.txt" 2>&1
   echo "README command 1 exit status: $?" >> "$OUT/fresh_install_h200.txt"
