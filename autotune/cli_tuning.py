@@ -25,13 +25,22 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--seqlen-q", type=int, required=required)
     p.add_argument("--seqlen-k", type=int, help="default: --seqlen-q")
     p.add_argument("--head-dim", type=int, required=required)
-    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    p.add_argument("--dtype", choices=["fp16", "bf16"], help="default: fp16")
     p.add_argument("--causal", action="store_true")
 
 
 def problem_from_args(args: argparse.Namespace) -> Problem:
     return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
-                   args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype, args.causal)
+                   args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16", args.causal)
+
+
+def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[Problem]:
+    """--head-dim, --dtype and --causal given with --shapes keep only the matching problems, so
+    that a long session can run as pieces of one head dim and dtype."""
+    return [p for p in problems
+            if (args.head_dim is None or p.head_dim == args.head_dim)
+            and (args.dtype is None or p.dtype == args.dtype)
+            and (not args.causal or p.causal)]
 
 
 def _fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
@@ -51,11 +60,15 @@ def _families_arg(values: list[str] | None) -> list[str] | None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .search import families_to_search
+    from .search import families_to_search, study_name
     from .tuning import open_backend, tune
 
     if args.shapes:
-        problems = load_shape_set(args.shapes)
+        problems = narrow_shape_set(load_shape_set(args.shapes), args)
+        if not problems:
+            print(f"no problem of shape set {args.shapes} matches --head-dim/--dtype/--causal",
+                  file=sys.stderr)
+            return 2
     elif args.heads_q and args.seqlen_q and args.head_dim:
         problems = [problem_from_args(args)]
     else:
@@ -104,10 +117,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if args.stop_after is not None and time.monotonic() - start > args.stop_after:
                 skipped.append(problem)
                 continue
-            if store is not None and store.best(backend.device(), problem) is not None:
-                continue  # tuned by an earlier piece of this session
+            todo = families
+            if store is not None:  # families searched by an earlier piece are not searched
+                todo = [f for f in families if not store.family_tuned(  # again; their best
+                    backend.device(), problem, study_name(backend.device(), f, problem))]
+                if not todo:  # config defends its place in the re-timing of the others
+                    continue
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
-            tune(problem, db=args.db, backend=backend, settings=settings, families=families,
+            tune(problem, db=args.db, backend=backend, settings=settings, families=todo,
                  on_progress=on_progress, on_outcome=on_outcome)
     finally:
         bar.close()
@@ -309,7 +326,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
     add_problem_args(p, required=False)
-    p.add_argument("--shapes", help="a shape set: a name in search_spaces/shapes or a TOML path")
+    p.add_argument("--shapes", help="a shape set: a name in search_spaces/shapes or a TOML path "
+                   "(narrowed by --head-dim, --dtype and --causal when given)")
     p.add_argument("--family", action="append", metavar="FAMILY",
                    help="kernel family to search (repeatable, or a comma list; default: every "
                    "family the GPU runs, e.g. sm80 and sm90 on an H200)")
@@ -321,7 +339,8 @@ def register(sub: Any) -> None:
     p.add_argument("--stop-after", type=float,
                    help="start no new shape after this many seconds (resume by running again)")
     p.add_argument("--skip-tuned", action="store_true",
-                   help="skip shapes the database already has a best config for on this GPU")
+                   help="skip shapes whose every family (of --family) was searched into the "
+                   "database's best config on this GPU by an earlier run")
     p.add_argument("--batch-size", type=int, default=4, help="configs compiled per batch")
     p.add_argument("--rerank-top", type=int, default=5)
     p.add_argument("--no-reuse", action="store_true",

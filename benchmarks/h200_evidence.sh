@@ -17,6 +17,11 @@
 #                                              # (head dim, dtype), both masks, through the validator
 #                                              # (cubins prebuilt into .cubins90/; merge the pieces
 #                                              # with benchmarks/merge_checks.py)
+#   D=128 bash benchmarks/h200_evidence.sh sm90piece   # on kind nvidia-h200-x2: one head dim of
+#                                              # the sm90 family, every valid config (both dtypes
+#                                              # and masks) through the validator, then its
+#                                              # llm-prefill problems tuned with --family sm90,
+#                                              # one dtype per GPU (carry .whl .tuning .c90pack)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -108,6 +113,37 @@ sm90space)
   timeout 570 python3 -m autotune.cli check --family sm90 --head-dim "$d" --dtype "$dt" \
     --causal both --json "$OUT/sm90_check_d${d}_$dt.json" --quiet > "$OUT/sm90_check_d${d}_$dt.txt" 2>&1
   tail -n 3 "$OUT/sm90_check_d${d}_$dt.txt"
+  ;;
+sm90piece)
+  # Cubins prebuilt on the 2-core machine travel packed (benchmarks/pack_cubins.py): the sm90
+  # space and the sm80 best configs, which defend their place in each problem's re-timing.
+  # What is missing is compiled here on all cores. Then each dtype on its own GPU: the
+  # validator over every valid config of (D, dtype), both masks; then tuning of that dtype's
+  # llm-prefill problems into its own copy of the session's database (merged afterwards with
+  # `cute-autotune export` / `import`). Everything comes back in one tarball.
+  d=${D:?D=64 or D=128}; t0=$(date +%s); p=/tmp/piece_d$d; mkdir -p "$p"
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; mkdir -p .cubins90
+  for f in .c90pack/*.tgz; do tar xzf "$f" -C .cubins90; done
+  python3 -m autotune.cli compile --family sm90 --head-dim "$d" --causal both \
+    --json "$p/compile_d$d.json" --quiet > "$p/compile_d$d.txt" 2>&1; tail -n 1 "$p/compile_d$d.txt"
+  echo "compiled in $(( $(date +%s) - t0 )) s"
+  gpu=0
+  for dt in fp16 bf16; do
+    (export CUDA_VISIBLE_DEVICES=$gpu
+     timeout 240 python3 -m autotune.cli check --family sm90 --head-dim "$d" --dtype $dt \
+       --causal both --json "$p/sm90_check_d${d}_$dt.json" --quiet > "$p/sm90_check_d${d}_$dt.txt" 2>&1
+     echo "$dt check done at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$p/sm90_check_d${d}_$dt.txt")"
+     cp .tuning/h200.db "$p/tune_d${d}_$dt.db"
+     python3 -m autotune.cli tune --shapes llm-prefill --head-dim "$d" --dtype $dt --family sm90 \
+       --trials "${TRIALS:-24}" --skip-tuned --stop-after $(( ${STOP_AT:-500} - ($(date +%s) - t0) )) \
+       --db "sqlite:///$p/tune_d${d}_$dt.db" --json "$p/tune_d${d}_$dt.json" --quiet \
+       > "$p/tune_d${d}_$dt.txt" 2>&1
+     echo "$dt tune done at $(( $(date +%s) - t0 )) s") &
+    gpu=$((gpu + 1))
+  done
+  wait
+  tar czf "$OUT/sm90piece_d$d.tgz" -C /tmp "piece_d$d"
+  for dt in fp16 bf16; do tail -n 22 "$p/tune_d${d}_$dt.txt"; done
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -269,3 +269,49 @@ def test_warm_start_enqueues_only_the_searched_family(sm80: dict[str, Any],
     assert all(c.family == "sm80" for c in tried)
     # the first trial is the sm80 default tile, not a translation of the sm90 config
     assert tried[0] == load_space("sm80").heuristic(second.space_values())
+
+
+def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
+        sm80: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune --shapes SET --head-dim D --skip-tuned`, run again with another family: the second
+    run searches only the new family, and a third run has nothing left to do."""
+    full, causal = (Problem(**s["problem"]) for s in sm80["shapes"][:2])
+    assert (full.head_dim, full.causal, causal.causal) == (128, False, True)
+    shapes = tmp_path / "pieces.toml"
+    shapes.write_text(f'name = "pieces"\ndtypes = ["{full.dtype}"]\nhead_dims = [128, 64]\n'
+                      'causal = [false, true]\n'
+                      f'shapes = [{{ batch = {full.batch}, heads_q = {full.heads_q}, '
+                      f'seqlen = {full.seqlen_q} }}]\n')
+    sm90 = sm90_recording(sm80, full, fastest_us=50.0, others_us=100.0)
+    sm90["shapes"] += sm90_recording(sm80, causal, fastest_us=50.0, others_us=100.0)["shapes"]
+    recording = tmp_path / "sweep_sm90.json"
+    recording.write_text(json.dumps(sm90))
+    db = f"sqlite:///{tmp_path}/pieces.db"
+    base = ["tune", "--shapes", str(shapes), "--head-dim", "128", "--skip-tuned", "--trials", "6",
+            "--sampler", "grid",
+            "--replay", str(SM80_RECORDING), "--replay", str(recording), "--db", db, "--quiet"]
+
+    def tuned(family: str, out: str) -> list[dict[str, Any]]:
+        assert main([*base, "--family", family, "--json", str(tmp_path / out)]) == 0
+        capsys.readouterr()
+        path = tmp_path / out
+        return json.loads(path.read_text()) if path.exists() else []
+
+    first = tuned("sm80", "first.json")
+    assert len(first) == 2  # the D=64 problems of the set were left out (not recorded either)
+    assert study_families(db) == {"sm80"}
+    assert tuned("sm80", "again.json") == []  # nothing left for sm80
+    def sm80_searches() -> int:
+        return len([t for t in TuningStore(db).trials() if t["config"]["family"] == "sm80"
+                    and t["phase"] == "search"])
+
+    searched = sm80_searches()
+    second = tuned("sm80,sm90", "second.json")
+    assert len(second) == 2 and study_families(db) == {"sm80", "sm90"}
+    assert sm80_searches() == searched  # sm80's best only defended its place in the re-timing
+    for p in (full, causal):
+        assert TuningStore(db).best(None, p).config.family == "sm90"  # type: ignore[union-attr]
+    assert tuned("sm80,sm90", "third.json") == []
+    assert main([*base[:5], "--dtype", "bf16" if full.dtype == "fp16" else "fp16",
+                 "--replay", str(SM80_RECORDING), "--db", db]) == 2
+    assert "no problem of shape set" in capsys.readouterr().err

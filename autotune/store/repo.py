@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -285,6 +285,23 @@ class TuningStore:
                 if _problem_of(row.problem) == problem:
                     return self._record(row)
             return None
+
+    def family_tuned(self, device: DeviceInfo, problem: Problem, study: str) -> bool:
+        """Whether the study searched this problem and the best config was decided after its
+        last search measurement (a session killed inside the study, or between its search and
+        the re-timing, has not tuned it). An imported best config has no study here: False."""
+        with self._transaction() as s:
+            best = next((row for row in self._best_rows(s, device)
+                         if _problem_of(row.problem) == problem), None)
+            if best is None or best.measurement_id is None:
+                return False
+            mine = (select(func.max(Measurement.id)).join(ProblemRow).join(Device)
+                    .where(Measurement.study == study, ProblemRow.id == best.problem_id,
+                           Device.name == device.name))
+            last_any = s.scalar(mine)
+            last_search = s.scalar(mine.where(Measurement.phase == "search"))
+            searched = last_any is not None
+            return searched and (last_search is None or best.measurement_id > last_search)
 
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
                 family: str | None = None) -> tuple[BestRecord, float] | None:
