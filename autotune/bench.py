@@ -38,6 +38,7 @@ def bench_problem(problem: Problem, *, rounds: int = 7, round_ms: float = 40.0) 
     timings = measure(fns, n_sets=n_sets, rounds=rounds, round_ms=round_ms)
     row: dict[str, Any] = {
         "shape": problem.describe(), "problem": problem.as_dict(), "path": decision.path,
+        "family": decision.config.family if decision.config else None,
         "config": decision.config.as_dict() if decision.config else None,
         "reason": decision.reason, "rel_err_vs_sdpa": rel_err,
         "tflops": timings["tuned"].tflops(problem.flops),
@@ -59,6 +60,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "rows": rows,
         "geomean_vs_sdpa_default": geomean([r["speedup_vs_sdpa_default"] for r in rows]),
+        "worst_vs_sdpa_default": min((r["speedup_vs_sdpa_default"] for r in rows),
+                                     default=math.nan),
+        "rows_per_family": {f: sum(str(r.get("family")) == f for r in rows)
+                            for f in sorted({str(r.get("family")) for r in rows})},
         "geomean_vs_sdpa_flash": geomean([r["sdpa_flash_us"] / r["median_us"] for r in rows
                                           if r.get("sdpa_flash_us")]),
     }

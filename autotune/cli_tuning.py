@@ -310,12 +310,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     data.update(gpu=torch.cuda.get_device_name(), shapes=args.shapes,
                 command=" ".join(["cute-autotune", *sys.argv[1:]]))
     print(render_table(
-        ["shape", "path", "TFLOP/s", "SDPA default", "SDPA FLASH", "speed-up", "rel err"],
-        [[r["shape"], r["path"], _fmt(r["tflops"]), _fmt(r.get("sdpa_default_tflops")),
+        ["shape", "path", "family", "TFLOP/s", "SDPA default", "SDPA FLASH", "speed-up",
+         "rel err"],
+        [[r["shape"], r["path"], r.get("family") or "", _fmt(r["tflops"]), _fmt(r.get("sdpa_default_tflops")),
           _fmt(r.get("sdpa_flash_tflops")), _fmt(r["speedup_vs_sdpa_default"], ".2f", "x"),
           f"{r['rel_err_vs_sdpa']:.1e}"] for r in rows]))
-    print(f"\ngeomean speed-up vs SDPA default {data['geomean_vs_sdpa_default']:.2f}x, "
-          f"vs SDPA FLASH {data['geomean_vs_sdpa_flash']:.2f}x")
+    print(f"\ngeomean speed-up vs SDPA default {data['geomean_vs_sdpa_default']:.2f}x "
+          f"(worst {data['worst_vs_sdpa_default']:.2f}x), "
+          f"vs SDPA FLASH {data['geomean_vs_sdpa_flash']:.2f}x; shapes per family: "
+          + ", ".join(f"{f} {n}" for f, n in data["rows_per_family"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=1))
     if args.plot and not plot(data, Path(args.plot), f"{args.shapes} on {data['gpu']}"):
