@@ -1,0 +1,92 @@
+"""What the dispatched kernels are made of, from their SASS: the tensor-core instructions
+(HGMMA on Hopper's wgmma path, HMMA on mma.sync), local-memory traffic (LDL/STL: spills or a
+stack frame), TMA copies (UTMALDG/UTMASTG) and register reallocation (USETMAXREG).
+
+    python benchmarks/sass_check.py --bench benchmarks/results/sm90_bench_h200.json \
+        --cache sm90=.cubins90 --cache sm80=.cubins --json out.json
+
+Each config of the bench rows is looked up in the kernel cache of its family (no compile);
+needs cuobjdump (the CUDA toolkit's, or $CUOBJDUMP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from autotune.cache import ArtifactCache
+from autotune.compiler import lookup
+from autotune.config import Config
+from autotune.space import load_space
+from autotune.target import target_for_arch
+
+WATCHED = {"HGMMA": "wgmma", "HMMA": "mma.sync", "LDL": "local load", "STL": "local store",
+           "UTMALDG": "TMA load", "UTMASTG": "TMA store", "USETMAXREG": "setmaxnreg"}
+OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", re.M)
+
+
+def cuobjdump() -> str:
+    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    if not Path(found).exists():
+        sys.exit("cuobjdump not found (set $CUOBJDUMP)")
+    return found
+
+
+def opcode_counts(cubin: Path, tool: str) -> Counter[str]:
+    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True,
+                          text=True).stdout
+    return Counter(m.group(1) for m in OPCODE.finditer(sass))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", type=Path, required=True, help="a `cute-autotune bench` JSON")
+    ap.add_argument("--cache", action="append", default=[], metavar="FAMILY=DIR",
+                    help="the kernel cache holding a family's cubins (repeatable)")
+    ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    caches = {k: ArtifactCache(Path(v)) for k, v in (c.split("=", 1) for c in args.cache)}
+    target, tool = target_for_arch(args.arch), cuobjdump()
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for bench_row in json.loads(args.bench.read_text())["rows"]:
+        if not bench_row.get("config"):
+            continue
+        config = Config.from_json(json.dumps(bench_row["config"]))
+        if config.digest not in seen:
+            build = lookup(config, target, caches.get(config.family))
+            entry: dict[str, Any] = {"config": load_space(config.family).name_of(config)}
+            if build is None or build.cubin is None:
+                entry["missing"] = "not in the kernel cache"
+            else:
+                counts = opcode_counts(build.cubin, tool)
+                entry.update({k: counts.get(k, 0) for k in WATCHED})
+                entry.update(registers=build.ptxas.registers,
+                             spill_bytes=build.ptxas.spill_store_bytes
+                             + build.ptxas.spill_load_bytes,
+                             stack_frame_bytes=build.ptxas.stack_frame_bytes)
+            seen[config.digest] = entry
+        rows.append({"shape": bench_row["shape"], **seen[config.digest]})
+    header = ["shape", "config", *WATCHED, "registers", "spill_bytes"]
+    print("  ".join(header))
+    for r in rows:
+        print("  ".join(str(r.get(h, r.get("missing", ""))) for h in header))
+    local = [r for r in rows if r.get("LDL") or r.get("STL")]
+    print(f"\n{len(rows)} shapes, {len(seen)} kernels; local memory in "
+          f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}")
+    if args.json:
+        args.json.write_text(json.dumps({"bench": str(args.bench), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
