@@ -66,9 +66,12 @@ tune)
   ;;
 dispatch)
   # Tuned dispatch from the session's database against SDPA, in one run per shape set.
+  # Cubins packed by benchmarks/pack_cubins.py (carried in .c90pack/) save the compiles;
+  # PREFIX=sm90_bench names the files of the run with both families.
+  for f in .c90pack/*.tgz; do [ -e "$f" ] && tar xzf "$f" -C "$CUTE_AUTOTUNE_CACHE"; done
   db="sqlite:///$PWD/.tuning/h200.db"
   for set in llm-prefill untuned-probe; do
-    stem=bench_${set//-/_}_h200
+    stem=${PREFIX:-bench}_${set//-/_}_h200
     python3 -m autotune.cli bench --shapes "$set" --db "$db" --json "$OUT/$stem.json" \
       --plot "$OUT/$stem.png" > "$OUT/$stem.txt" 2>&1; tail -n 80 "$OUT/$stem.txt"
   done
