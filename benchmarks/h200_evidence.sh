@@ -68,6 +68,7 @@ dispatch)
   # Tuned dispatch from the session's database against SDPA, in one run per shape set.
   # Cubins packed by benchmarks/pack_cubins.py (carried in .c90pack/) save the compiles;
   # PREFIX=sm90_bench names the files of the run with both families.
+  mkdir -p "$CUTE_AUTOTUNE_CACHE"
   for f in .c90pack/*.tgz; do [ -e "$f" ] && tar xzf "$f" -C "$CUTE_AUTOTUNE_CACHE"; done
   db="sqlite:///$PWD/.tuning/h200.db"
   for set in llm-prefill untuned-probe; do
