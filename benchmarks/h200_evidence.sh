@@ -17,7 +17,7 @@
 #                                              # (head dim, dtype), both masks, through the validator
 #                                              # (cubins prebuilt into .cubins90/; merge the pieces
 #                                              # with benchmarks/merge_checks.py)
-#   D=128 bash benchmarks/h200_evidence.sh sm90piece   # on kind nvidia-h200-x2: one head dim of
+#   D=128 ALSO_CHECK=256 bash benchmarks/h200_evidence.sh sm90piece  # kind nvidia-h200-x2: one D of
 #                                              # the sm90 family, every valid config (both dtypes
 #                                              # and masks) through the validator, then its
 #                                              # llm-prefill problems tuned with --family sm90,
@@ -128,7 +128,8 @@ sm90piece)
   d=${D:?D=64 or D=128}; t0=$(date +%s); p=/tmp/piece_d$d; mkdir -p "$p"
   export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; mkdir -p .cubins90
   for f in .c90pack/*.tgz; do tar xzf "$f" -C .cubins90; done
-  python3 -m autotune.cli compile --family sm90 --head-dim "$d" --causal both \
+  # ALSO_CHECK: head dims validated whole but not tuned (the issue's D=256).
+  python3 -m autotune.cli compile --family sm90 --head-dim "$d" ${ALSO_CHECK:-} --causal both \
     --json "$p/compile_d$d.json" --quiet > "$p/compile_d$d.txt" 2>&1; tail -n 1 "$p/compile_d$d.txt"
   echo "compiled in $(( $(date +%s) - t0 )) s"
   gpu=0
@@ -137,6 +138,11 @@ sm90piece)
      timeout 240 python3 -m autotune.cli check --family sm90 --head-dim "$d" --dtype $dt \
        --causal both --json "$p/sm90_check_d${d}_$dt.json" --quiet > "$p/sm90_check_d${d}_$dt.txt" 2>&1
      echo "$dt check done at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$p/sm90_check_d${d}_$dt.txt")"
+     for x in ${ALSO_CHECK:-}; do
+       timeout 120 python3 -m autotune.cli check --family sm90 --head-dim "$x" --dtype $dt \
+         --causal both --json "$p/sm90_check_d${x}_$dt.json" --quiet > "$p/sm90_check_d${x}_$dt.txt" 2>&1
+       echo "D=$x $dt: $(tail -n 1 "$p/sm90_check_d${x}_$dt.txt")"
+     done
      cp .tuning/h200.db "$p/tune_d${d}_$dt.db"
      python3 -m autotune.cli tune --shapes llm-prefill --head-dim "$d" --dtype $dt --family sm90 \
        --trials "${TRIALS:-24}" --skip-tuned --stop-after $(( ${STOP_AT:-500} - ($(date +%s) - t0) )) \
