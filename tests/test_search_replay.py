@@ -222,3 +222,18 @@ def test_search_efficiency_without_the_default_tile(backend: ReplayBackend,
 def test_study_names_are_stable(backend: ReplayBackend) -> None:
     name = study_name(backend.device(), "sm80", Problem(4, 16, 4, 2048, 1024, 128, "bf16", True))
     assert name.endswith("/sm80/bf16-d128-causal-b4-hq16-hkv4-lq2048-lk1024")
+
+
+def test_every_session_times_sdpa_again(backend: ReplayBackend, store: TuningStore,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed-up stored with a best config divides two timings of the same run."""
+    problem = backend.problems[0]
+    tune_problem(problem, backend, store, SearchSettings(trials=2, seed=0))
+    first = store.latest_baselines(backend.device(), problem)["default"].median_us
+    recorded = backend.baselines(problem)
+    monkeypatch.setattr(backend, "baselines", lambda p: [
+        type(b)(b.backend, 2 * b.median_us, 2 * b.p20_us, 2 * b.p80_us) for b in recorded])
+    again = tune_problem(problem, backend, store, SearchSettings(trials=2, seed=0))
+    assert again.baselines["default"].median_us == 2 * first
+    best = store.best(backend.device(), problem)
+    assert best is not None and best.sdpa_default_us == 2 * first
