@@ -4,6 +4,7 @@ stack frame), TMA copies (UTMALDG/UTMASTG) and register reallocation (USETMAXREG
 
     python benchmarks/sass_check.py --bench benchmarks/results/sm90_bench_h200.json \
         --cache sm90=.cubins90 --cache sm80=.cubins --json out.json
+    python benchmarks/sass_check.py --db sqlite:///.tuning/h200.db --cache sm90=.cubins90 ...
 
 Each config of the bench rows is looked up in the kernel cache of its family (no compile);
 needs cuobjdump (the CUDA toolkit's, or $CUOBJDUMP).
@@ -48,7 +49,8 @@ def opcode_counts(cubin: Path, tool: str) -> Counter[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", type=Path, required=True, help="a `cute-autotune bench` JSON")
+    ap.add_argument("--bench", type=Path, help="a `cute-autotune bench` JSON")
+    ap.add_argument("--db", help="or a tuning database (its best configs)")
     ap.add_argument("--cache", action="append", default=[], metavar="FAMILY=DIR",
                     help="the kernel cache holding a family's cubins (repeatable)")
     ap.add_argument("--arch", type=int, default=90)
@@ -58,7 +60,16 @@ def main() -> int:
     target, tool = target_for_arch(args.arch), cuobjdump()
     rows: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
-    for bench_row in json.loads(args.bench.read_text())["rows"]:
+    if bool(args.bench) == bool(args.db):
+        ap.error("give one of --bench and --db")
+    if args.bench:
+        source = json.loads(args.bench.read_text())["rows"]
+    else:
+        from autotune.store.repo import TuningStore
+
+        source = [{"shape": r.problem.describe(), "config": r.config.as_dict()}
+                  for r in TuningStore(args.db).list_best()]
+    for bench_row in source:
         if not bench_row.get("config"):
             continue
         config = Config.from_json(json.dumps(bench_row["config"]))
@@ -84,7 +95,8 @@ def main() -> int:
     print(f"\n{len(rows)} shapes, {len(seen)} kernels; local memory in "
           f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}")
     if args.json:
-        args.json.write_text(json.dumps({"bench": str(args.bench), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"source": str(args.bench or args.db), "rows": rows},
+                                        indent=1))
     return 0
 
 
