@@ -8,8 +8,9 @@ against its own family's space and this GPU, and one this GPU cannot run is skip
 reason. The built-in default is that of the family of highest `dispatch_priority` (a key of
 each space file) among those the GPU runs. A chosen config that is not compiled yet is compiled
 now (unless compile-on-miss is off, then the next option is tried). The first use of a
-database on a GPU it knows nothing of imports the shipped results of that GPU from db/ (tuning
-more adds to the user's database).
+database on a GPU in a process imports the shipped results of that GPU from db/: they fill the
+problems not tuned in that database and refresh rows imported from older shipped files, and
+never replace a config tuned there.
 
 After the first call per key the decision is a dict lookup: no database query, no file I/O, no
 compile; each cubin is loaded once per process.
@@ -99,20 +100,21 @@ class Dispatcher:
         return self._store
 
     def _seed_from_shipped(self, device: DeviceInfo) -> None:
-        """Import the shipped results of this GPU model if the database has none of it."""
+        """Import the shipped results of this GPU model (once per process): they fill the
+        problems the database has no best config for and refresh rows imported from older
+        shipped files; a config tuned in this database is never replaced."""
         if not self.use_shipped or device.name in self._seeded:
             return
         self._seeded.add(device.name)
         store = self.store()
-        if store.list_best(device):
-            return
         for document in shipped_results():
             entries = [e for e in document.get("results", [])
                        if e.get("device", {}).get("name") == device.name
                        and e.get("device", {}).get("sm_count") == device.sm_count]
             if entries:
                 try:
-                    store.import_results({**document, "results": entries})
+                    store.import_results({**document, "results": entries},
+                                         refresh_imported=True)
                 except BrokenRow:
                     continue  # a damaged shipped file must not stop attention from running
 

@@ -198,3 +198,35 @@ def test_no_family_for_an_old_gpu_is_a_clear_fallback(make) -> None:  # type: ig
     assert decision.path == "fallback"
     assert "sm_75 is older than any kernel family supports" in decision.reason
     assert "sm80 needs sm_80 and newer" in decision.reason
+
+
+def test_shipped_results_fill_gaps_refresh_shipped_rows_and_keep_tuned_ones(
+        make, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A database that has tuned one shape still gets the shipped results of the others, and
+    newer shipped results replace older shipped rows but never a config tuned there."""
+    other = Problem(1, 16, 16, 8192, 8192, 128, "fp16", False)
+    ship = TuningStore(f"sqlite:///{tmp_path}/ship.db")
+    tuned(ship.url, P, 333.0)
+    shipped_config = tuned(ship.url, other, 900.0)
+    old_release = json.loads(json.dumps(ship.export()))
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [old_release])
+    d = make()
+    mine = tuned(d.db, P, 300.0)  # the user tuned P before the first attention call
+    assert d.decide(P, 0).config == mine
+    assert d.decide(other, 0).path == "exact"  # the gap is filled from the shipped file
+    stored = {r.problem: r for r in TuningStore(d.db).list_best()}
+    assert stored[P].source == "tuned" and stored[other].source == "imported"
+    # a newer release: faster for both problems; only the shipped row is refreshed
+    newer = TuningStore(f"sqlite:///{tmp_path}/ship2.db")
+    tuned(newer.url, P, 100.0)
+    tuned(newer.url, other, 450.0)
+    new_release = json.loads(json.dumps(newer.export()))
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [new_release])
+    again = make()  # a new process: the same database, the newer shipped files
+    assert again.decide(other, 0).measured_us == 450.0
+    assert again.decide(P, 0).measured_us == 300.0 and again.decide(P, 0).config == mine
+    store = TuningStore(d.db)
+    stored = {r.problem: r for r in store.list_best()}
+    assert stored[P].source == "tuned" and stored[other].config == shipped_config
+    assert store.import_results(new_release, refresh_imported=True) == {
+        "imported": 0, "kept_existing": 2}  # equal entries write nothing

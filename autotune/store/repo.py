@@ -357,13 +357,26 @@ class TuningStore:
             } for r in self.list_best(device)],
         }
 
-    def import_results(self, data: Any, *, overwrite: bool = False) -> dict[str, int]:
-        """Import an export; every entry is validated first and a bad file imports nothing."""
+    def import_results(self, data: Any, *, overwrite: bool = False,
+                       refresh_imported: bool = False) -> dict[str, int]:
+        """Import an export; every entry is validated first and a bad file imports nothing.
+
+        An existing best config is kept unless `overwrite`; with `refresh_imported`, one that
+        was itself imported (not tuned here) is replaced when the entry differs, which is how
+        newer shipped results reach a database seeded by older ones. Entries equal to what is
+        stored write nothing."""
         entries = parse_export(data)
         counts = {"imported": 0, "kept_existing": 0}
+        with self._transaction() as s:
+            stored = {(r.device.name, r.device.sm_count, r.problem): r
+                      for r in map(self._record, self._best_rows(s, None))}
         for device, problem, result, extra in entries:
-            existing = self.best(device, problem)
-            if existing is not None and not overwrite:
+            existing = stored.get((device.name, device.sm_count, problem))
+            replace = overwrite or (refresh_imported and existing is not None
+                                    and existing.source == "imported"
+                                    and (existing.config, existing.median_us)
+                                    != (result.config, result.median_us))
+            if existing is not None and not replace:
                 counts["kept_existing"] += 1
                 continue
             self.set_best(device, problem, result, measurement_id=None,
