@@ -297,74 +297,14 @@ def cmd_space(args: argparse.Namespace) -> int:
 
 # -- demo -------------------------------------------------------------------------------------
 
-# The FlashAttention-2 tile and neighbours along each search dimension:
-# (block_m, block_n, num_warps, kv_stages, swizzle, q_in_regs)
-DEMO_TILES = [(128, 64, 4, 2, 3, False), (128, 128, 8, 2, 3, False), (64, 64, 4, 1, 3, True),
-              (128, 64, 4, 2, 0, False)]
-
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job: build a few configs; on a GPU validate and time them against SDPA."""
-    space = load_space("sm80")
-    gpu = _gpu_available()
-    target = default_target()
-    if not gpu:
-        print("No CUDA GPU is visible here: running the compile-and-static-analysis part only "
-              "(cubins for sm_90; validation and timing need a GPU).\n")
-    configs = [space.config(head_dim=args.head_dim, dtype="fp16", causal=args.causal, block_m=bm,
-                            block_n=bn, num_warps=w, kv_stages=s, swizzle=sw, q_in_regs=qr)
-               for bm, bn, w, s, sw, qr in DEMO_TILES]
-    args.jobs, args.force, args.quiet = None, False, False
-    results, wall = _compile(configs, target, args)
-    print(render_table(["config", "status", "regs", "smem KB", "spill st/ld", "stack", "nvcc s",
-                        "cached", "message"], [_build_row(r) for r in results]))
-    problem_class = {"head_dim": args.head_dim, "dtype": "fp16", "causal": args.causal}
-    valid = space.valid_configs(target, problem_class)
-    total = sum(1 for _ in space.all_configs(problem_class))
-    print(f"\nstatic analysis: {len(valid)} of {total} configs of this problem class are valid "
-          f"on {target.name}; built {len(results)} in {wall:.1f} s")
-    if not gpu:
-        return 0 if all(r.ok for r in results) else 1
-    return _demo_on_gpu(results, args)
+    """The main job (autotune/demo.py): static analysis and builds everywhere; on a GPU a short
+    tuning session, the best config and a tuned attention call."""
+    from . import demo
 
-
-def _demo_on_gpu(results: list[BuildResult], args: argparse.Namespace) -> int:
-    import torch
-    import torch.nn.functional as F
-
-    from .kernel import CompiledKernel
-    from .problem import Problem
-    from .timing import measure
-    from .worker import GpuWorker
-
-    with GpuWorker(torch.cuda.current_device()) as worker:
-        verdicts = [worker.request("validate", {"config": r.config.to_json(),
-                                                "target": vars(default_target())})
-                    if r.ok else {"status": r.status} for r in results]
-    passed = [r for r, v in zip(results, verdicts, strict=True) if v["status"] == "passed"]
-    print(f"\nvalidated on {torch.cuda.get_device_name()}: {len(passed)}/{len(results)} passed")
-    if not passed:
-        return 1
-    problem = Problem(4, 16, 16, 2048, 2048, args.head_dim, "fp16", args.causal)
-    q, k, v = (torch.randn(4, 16, 2048, args.head_dim, device="cuda", dtype=torch.float16)
-               for _ in range(3))
-    kernels = {load_space("sm80").name_of(r.config): CompiledKernel(r) for r in passed}
-    out = torch.empty_like(q)
-    fns: dict[str, Any] = {name: (lambda i, k_=kern: k_(q, k, v, out=out))
-                           for name, kern in kernels.items()}
-    fns["torch sdpa (default)"] = lambda i: F.scaled_dot_product_attention(q, k, v,
-                                                                            is_causal=args.causal)
-    timings = measure(fns, rounds=5, round_ms=30)
-    print(f"\n{problem.describe()}:")
-    print(render_table(["kernel", "median us", "TFLOP/s"],
-                       [[n, f"{t.median_us:.1f}", f"{t.tflops(problem.flops):.1f}"]
-                        for n, t in sorted(timings.items(), key=lambda kv: kv[1].median_us)]))
-    best = min(kernels, key=lambda n: timings[n].median_us)
-    result, _ = kernels[best](q, k, v)
-    expected = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-    err = float((result.float() - expected.float()).norm() / expected.float().norm())
-    print(f"\nattention through {best}: relative difference to SDPA {err:.2e}")
-    return 0
+    return demo.run(args.head_dim, args.causal, args.trials, args.db, _build_row,
+                    _gpu_available())
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -402,10 +342,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds one config's validation may take before it counts as a hang")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("demo", help="the main job: build a few configs; on a GPU also "
-                       "validate and time them against torch SDPA")
+    p = sub.add_parser("demo", help="the main job: static analysis and a build of each "
+                       "family's default; on a GPU a short tuning session, the best config and "
+                       "a tuned attention() call against torch SDPA")
     p.add_argument("--head-dim", type=int, default=128, choices=[64, 128])
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--trials", type=int, default=6, help="tuning trials per kernel family")
+    p.add_argument("--db", help="SQLAlchemy URL of the tuning database (default: "
+                   "$CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")

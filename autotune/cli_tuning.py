@@ -31,7 +31,8 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 def problem_from_args(args: argparse.Namespace) -> Problem:
     return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
-                   args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16", args.causal)
+                   args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16",
+                   args.causal)
 
 
 def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[Problem]:
@@ -312,8 +313,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(render_table(
         ["shape", "path", "family", "TFLOP/s", "SDPA default", "SDPA FLASH", "speed-up",
          "rel err"],
-        [[r["shape"], r["path"], r.get("family") or "", _fmt(r["tflops"]), _fmt(r.get("sdpa_default_tflops")),
-          _fmt(r.get("sdpa_flash_tflops")), _fmt(r["speedup_vs_sdpa_default"], ".2f", "x"),
+        [[r["shape"], r["path"], r.get("family") or "", _fmt(r["tflops"]),
+          _fmt(r.get("sdpa_default_tflops")), _fmt(r.get("sdpa_flash_tflops")),
+          _fmt(r["speedup_vs_sdpa_default"], ".2f", "x"),
           f"{r['rel_err_vs_sdpa']:.1e}"] for r in rows]))
     print(f"\ngeomean speed-up vs SDPA default {data['geomean_vs_sdpa_default']:.2f}x "
           f"(worst {data['worst_vs_sdpa_default']:.2f}x), "

@@ -35,7 +35,8 @@ def main() -> int:
         families: dict[str, int] = {}
         for r in data["results"]:
             families[r["family"]] = families.get(r["family"], 0) + 1
-        print(f"{piece}: {counts['imported']} imported ({', '.join(f'{f} {n}' for f, n in sorted(families.items()))})")
+        by_family = ", ".join(f"{f} {n}" for f, n in sorted(families.items()))
+        print(f"{piece}: {counts['imported']} imported ({by_family})")
     return 0
 
 

@@ -35,7 +35,8 @@ OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", 
 
 
 def cuobjdump() -> str:
-    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    found = (os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+             or "/usr/local/cuda/bin/cuobjdump")
     if not Path(found).exists():
         sys.exit("cuobjdump not found (set $CUOBJDUMP)")
     return found

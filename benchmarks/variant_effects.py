@@ -28,7 +28,8 @@ COLUMNS: list[tuple[str, Pick]] = [
 
 
 def main(pieces: list[str]) -> int:
-    print(f"{'problem':32s} {'trials':>6s} {'TFLOP/s':>7s}  " + "  ".join(f"{n:>14s}" for n, _ in COLUMNS))
+    print(f"{'problem':32s} {'trials':>6s} {'TFLOP/s':>7s}  "
+          + "  ".join(f"{n:>14s}" for n, _ in COLUMNS))
     for piece in pieces:
         path, head_dim, dtype = piece.rsplit(":", 2)
         store = TuningStore(f"sqlite:///{path}")
@@ -41,7 +42,7 @@ def main(pieces: list[str]) -> int:
                 continue
             best = min(t["median_us"] for t in rows)
 
-            def ratio(pick: Pick) -> str:
+            def ratio(pick: Pick, rows: list[dict[str, Any]] = rows, best: float = best) -> str:
                 times = [t["median_us"] for t in rows if pick(t["config"])]
                 return f"{best / min(times):14.2f}" if times else f"{'-':>14s}"
 
