@@ -118,11 +118,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if args.stop_after is not None and time.monotonic() - start > args.stop_after:
                 skipped.append(problem)
                 continue
+            # A family searched by an earlier piece is not searched again: its best config
+            # defends its place in the re-timing of the families still to search.
             todo = families
-            if store is not None:  # families searched by an earlier piece are not searched
-                todo = [f for f in families if not store.family_tuned(  # again; their best
-                    backend.device(), problem, study_name(backend.device(), f, problem))]
-                if not todo:  # config defends its place in the re-timing of the others
+            if store is not None:
+                device = backend.device()
+                todo = [f for f in families if not store.family_tuned(
+                    device, problem, study_name(device, f, problem))]
+                if not todo:
                     continue
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
             tune(problem, db=args.db, backend=backend, settings=settings, families=todo,
