@@ -22,6 +22,10 @@
 #                                              # and masks) through the validator, then its
 #                                              # llm-prefill problems tuned with --family sm90,
 #                                              # one dtype per GPU (carry .whl .tuning .c90pack)
+#   bash benchmarks/h200_evidence.sh final     # README command 1's main job with an empty cache
+#                                              # and database, the tuned-dispatch bench of both
+#                                              # families (PREFIX=sm90_bench), the GPU tests and
+#                                              # the host overhead; one tarball back
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -154,6 +158,28 @@ sm90piece)
   wait
   tar czf "$OUT/sm90piece_d$d.tgz" -C /tmp "piece_d$d"
   for dt in fp16 bf16; do tail -n 22 "$p/tune_d${d}_$dt.txt"; done
+  ;;
+final)
+  f=/tmp/final; mkdir -p "$f" "$CUTE_AUTOTUNE_CACHE"
+  for p in .c90pack/*.tgz; do [ -e "$p" ] && tar xzf "$p" -C "$CUTE_AUTOTUNE_CACHE"; done
+  t0=$(date +%s)
+  (export CUTE_AUTOTUNE_CACHE=/tmp/demo-cache CUTE_AUTOTUNE_DB=sqlite:////tmp/demo.db
+   timeout 240 python3 -m autotune.cli demo) > "$f/demo_h200.txt" 2>&1
+  echo "demo: rc $? in $(( $(date +%s) - t0 )) s"; tail -n 22 "$f/demo_h200.txt"
+  db="sqlite:///$PWD/.tuning/h200.db"
+  for set in llm-prefill untuned-probe; do
+    stem=sm90_bench_${set//-/_}_h200
+    python3 -m autotune.cli bench --shapes "$set" --db "$db" --json "$f/$stem.json" \
+      --plot "$f/$stem.png" > "$f/$stem.txt" 2>&1
+    echo "$set done at $(( $(date +%s) - t0 )) s"
+  done
+  python3 -m pytest tests/gpu -v -rA -k "not every_valid" > "$f/pytest_gpu_session3.txt" 2>&1
+  tail -n 1 "$f/pytest_gpu_session3.txt"
+  CUTE_AUTOTUNE_DB="$db" timeout 60 python3 benchmarks/host_overhead.py \
+    --json "$f/host_overhead_sm90_h200.json" > "$f/host_overhead_sm90_h200.txt" 2>&1
+  tail -n 4 "$f/host_overhead_sm90_h200.txt"
+  tar czf "$OUT/final.tgz" -C /tmp final
+  for set in llm_prefill untuned_probe; do tail -n 70 "$f/sm90_bench_${set}_h200.txt"; done
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

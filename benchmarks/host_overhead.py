@@ -55,7 +55,9 @@ def main() -> int:
         for _ in range(args.rounds):
             samples["ours"].append(per_call_us(ours, args.calls))
             samples["sdpa"].append(per_call_us(sdpa, args.calls))
+        family = decision.config.family if decision.config else None
         row = {"shape": f"B{b} H{h} L{length} D{d} fp16 causal", "path": decision.path,
+               "family": family,
                "ours_us": round(statistics.median(samples["ours"]), 2),
                "sdpa_us": round(statistics.median(samples["sdpa"]), 2),
                "ours_rounds_us": [round(x, 2) for x in samples["ours"]],
