@@ -63,7 +63,7 @@ def main() -> int:
                "ours_rounds_us": [round(x, 2) for x in samples["ours"]],
                "sdpa_rounds_us": [round(x, 2) for x in samples["sdpa"]]}
         rows.append(row)
-        print(f"{row['shape']}: ours {row['ours_us']} us/call ({decision.path}), "
+        print(f"{row['shape']}: ours {row['ours_us']} us/call ({decision.path}, {family}), "
               f"SDPA {row['sdpa_us']} us/call", flush=True)
     Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                            "torch": torch.__version__,
