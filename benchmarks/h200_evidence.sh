@@ -60,7 +60,7 @@ overhead)
 tune)
   # One piece (< 10 min) of the llm-prefill session; the database travels in .tuning/ (carried)
   # and comes back in $OUT, so the next piece resumes it. FAMILIES=sm80 (the shipped
-  # db/h200_sm80.json) unless set, e.g. FAMILIES=sm80,sm90 to let both families compete.
+  # session-2 sm80 tuning) unless set, e.g. FAMILIES=sm80,sm90 to let both families compete.
   mkdir -p .tuning; piece=$(date +%s)
   python3 -m autotune.cli tune --shapes llm-prefill --trials "${TRIALS:-16}" --skip-tuned \
     --family "${FAMILIES:-sm80}" \

@@ -66,7 +66,8 @@ def test_exact_then_nearest_then_heuristic(make) -> None:  # type: ignore[no-unt
     causal = Problem(4, 16, 16, 2048, 2048, 128, "fp16", True)  # nothing tuned of this class
     heuristic = d.decide(causal, 0)
     assert heuristic.path == "heuristic"
-    assert heuristic.config == load_space("sm80").heuristic(causal.space_values())
+    # the default of the family of highest dispatch priority on an H200
+    assert heuristic.config == load_space("sm90").heuristic(causal.space_values())
 
 
 def test_repeated_calls_are_memoised(make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -144,7 +145,8 @@ def test_the_shipped_h200_results_answer_every_llm_prefill_problem(
     for problem in load_shape_set("llm-prefill"):
         decision = d.decide(problem, 0)
         assert decision.path == "exact", (problem, decision.reason)
-        assert decision.config is not None and decision.config.family == "sm80"
+        # the both-family re-tune (session 3): sm90 won every llm-prefill problem
+        assert decision.config is not None and decision.config.family == "sm90"
         assert decision.measured_tflops and decision.speedup_vs_sdpa
 
 
@@ -157,15 +159,17 @@ def sm90_config(problem: Problem) -> Config:
 def test_heuristic_comes_from_the_supported_family_of_highest_priority(
         make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     sm80, sm90 = load_space("sm80"), load_space("sm90")
-    assert sm80.dispatch_priority > sm90.dispatch_priority  # as shipped
-    # give sm90 a default tile, so that only the priority keeps dispatch on sm80
+    assert sm90.dispatch_priority > sm80.dispatch_priority  # as shipped
+    decision = make(target_cc=90).decide(P, 0)
+    assert decision.path == "heuristic" and decision.config == sm90.heuristic(P.space_values())
+    # another default tile for sm90, then the priorities swapped: sm80's default wins
     tile = {k: v for k, v in sm90_config(P).values if k not in P.space_values()}
     monkeypatch.setattr(sm90, "_heuristic", {128: tile})
     decision = make(target_cc=90).decide(P, 0)
-    assert decision.path == "heuristic" and decision.config == sm80.heuristic(P.space_values())
-    monkeypatch.setattr(sm90, "dispatch_priority", sm80.dispatch_priority + 1)
-    decision = make(target_cc=90).decide(P, 0)
     assert decision.path == "heuristic" and decision.config == sm90_config(P)
+    monkeypatch.setattr(sm90, "dispatch_priority", sm80.dispatch_priority - 1)
+    decision = make(target_cc=90).decide(P, 0)
+    assert decision.path == "heuristic" and decision.config == sm80.heuristic(P.space_values())
     # a GPU sm90 cannot run keeps sm80's default whatever the priorities
     decision = make(target_cc=80).decide(P, 0)
     assert decision.path == "heuristic" and decision.config is not None
