@@ -6,6 +6,8 @@ kernel cache (cubins compress about 3.7x, and a device call carries at most 64 M
         # defend their place while sm90 is tuned)
     python benchmarks/pack_cubins.py --cache .cubins90 --family sm90 out.tgz
         # every cached cubin of a family, built with the current sources and toolchain
+    python benchmarks/pack_cubins.py --cache .cubins --configs configs.json out.tgz
+        # the cubins of a JSON list of configs
 
 Members are `cubins/<family>/<key>/...`: unpack with `tar xzf out.tgz -C $CUTE_AUTOTUNE_CACHE`.
 """
@@ -25,13 +27,14 @@ from autotune.store.repo import TuningStore
 from autotune.target import target_for_arch
 
 
-def best_config_dirs(cache: ArtifactCache, db: str, arch: int) -> tuple[list[Path], list[str]]:
+def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int
+                ) -> tuple[list[Path], list[str]]:
     target = target_for_arch(arch)
     found, missing = [], []
-    for record in TuningStore(db).list_best():
-        build = lookup(record.config, target, cache)
+    for config in configs:
+        build = lookup(config, target, cache)
         if build is None or build.cubin is None:
-            missing.append(record.config.to_json())
+            missing.append(config.to_json())
         else:
             found.append(build.cubin.parent)
     return sorted(set(found)), missing
@@ -60,14 +63,20 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, required=True, help="the kernel cache directory")
     ap.add_argument("--db", help="pack the cubins of this database's best configs")
     ap.add_argument("--family", help="pack every current cubin of this family")
+    ap.add_argument("--configs", type=Path,
+                    help="pack the cubins of the configs in this JSON list")
     ap.add_argument("--arch", type=int, default=90, help="compute capability of the GPU host")
     args = ap.parse_args()
     cache = ArtifactCache(args.cache)
-    if bool(args.db) == bool(args.family):
-        ap.error("give one of --db and --family")
+    if sum(map(bool, (args.db, args.family, args.configs))) != 1:
+        ap.error("give one of --db, --family and --configs")
     missing: list[str] = []
     if args.db:
-        dirs, missing = best_config_dirs(cache, args.db, args.arch)
+        configs = [r.config for r in TuningStore(args.db).list_best()]
+        dirs, missing = config_dirs(cache, configs, args.arch)
+    elif args.configs:
+        configs = [Config.from_json(json.dumps(c)) for c in json.loads(args.configs.read_text())]
+        dirs, missing = config_dirs(cache, configs, args.arch)
     else:
         dirs = family_dirs(cache, args.family, args.arch)
     with tarfile.open(args.out, "w:gz") as tar:
