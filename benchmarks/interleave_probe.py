@@ -1,0 +1,103 @@
+"""Why a tuned kernel times lower in `bench` than in its tuning session: the same kernel timed
+(1) alone, as the tuner's trial does; (2) through `attention()`, alone; (3) both beside torch
+SDPA's default, interleaved round by round as `bench` does; with the SM clock and power drawn
+sampled by nvidia-smi during each mode.
+
+    python benchmarks/interleave_probe.py --db sqlite:///.tuning/h200.db --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from autotune.compiler import compile_config
+from autotune.gpu_tasks import problem_inputs
+from autotune.kernel import CompiledKernel
+from autotune.problem import Problem
+from autotune.runtime import attention, configure
+from autotune.timing import measure
+from autotune.tuning import best_config
+
+PROBLEMS = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
+            Problem(1, 16, 16, 8192, 8192, 128, "fp16", False),
+            Problem(16, 16, 16, 512, 512, 128, "fp16", True)]
+
+
+def sampled(log: Path, start: float, end: float) -> dict[str, float]:
+    clocks, power = [], []
+    for line in log.read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            t, clock, watts = float(parts[0]), float(parts[1]), float(parts[2])
+        except (ValueError, IndexError):
+            continue
+        if start <= t <= end:
+            clocks.append(clock)
+            power.append(watts)
+    return {"sm_clock_mhz": statistics.median(clocks) if clocks else float("nan"),
+            "power_w": statistics.median(power) if power else float("nan")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args()
+    configure(db=args.db)
+    log = Path(tempfile.mkdtemp()) / "smi.csv"
+    # epoch seconds, SM clock, power, every 20 ms
+    smi = subprocess.Popen(
+        ["bash", "-c", "nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,"
+         "nounits -lms 20 | while read l; do echo \"$(date +%s.%N), $l\"; done"],
+        stdout=log.open("w"))
+    rows = []
+    try:
+        for problem in PROBLEMS:
+            answer = best_config(problem, db=args.db)
+            if answer is None:
+                print(f"{problem.describe()}: not tuned in {args.db}", file=sys.stderr)
+                continue
+            kernel = CompiledKernel(compile_config(answer.record.config))
+            sets = problem_inputs(problem)
+            fns = {
+                "kernel (tuner's call)": lambda i: kernel(*sets[i][:3], out=sets[i][3]),
+                "attention()": lambda i: attention(*sets[i][:3], causal=problem.causal),
+                "sdpa default": lambda i: F.scaled_dot_product_attention(
+                    *sets[i][:3], is_causal=problem.causal),
+            }
+            modes = [(f"{name} alone", {name: fn}) for name, fn in fns.items()]
+            modes.append(("all three interleaved", fns))
+            for mode, candidates in modes:
+                time.sleep(2.0)  # let clocks and power settle between modes
+                start = time.time()
+                timings = measure(candidates, n_sets=len(sets), rounds=9, round_ms=60)
+                end = time.time()
+                env = sampled(log, start, end)
+                for name, t in timings.items():
+                    row = {"problem": problem.describe(), "mode": mode, "call": name,
+                           "tflops": problem.flops / t.median_us / 1e6,
+                           "median_us": t.median_us, **env}
+                    rows.append(row)
+                    print(f"{row['problem']:30s} {mode:28s} {name:22s} {row['tflops']:6.1f} "
+                          f"TFLOP/s  SM {env['sm_clock_mhz']:.0f} MHz  {env['power_w']:.0f} W",
+                          flush=True)
+    finally:
+        smi.terminate()
+    Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                           "command": " ".join(["python", *sys.argv]),
+                                           "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
