@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,16 @@ def sampled(log: Path, start: float, end: float) -> dict[str, float]:
             "power_w": statistics.median(power) if power else float("nan")}
 
 
+def calls(problem: Problem, kernel: CompiledKernel, sets: list[tuple[Any, ...]]
+          ) -> dict[str, Callable[[int], Any]]:
+    causal = problem.causal
+    return {
+        "kernel (tuner's call)": lambda i: kernel(*sets[i][:3], out=sets[i][3]),
+        "attention()": lambda i: attention(*sets[i][:3], causal=causal),
+        "sdpa default": lambda i: F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
@@ -69,12 +81,7 @@ def main() -> int:
                 continue
             kernel = CompiledKernel(compile_config(answer.record.config))
             sets = problem_inputs(problem)
-            fns = {
-                "kernel (tuner's call)": lambda i: kernel(*sets[i][:3], out=sets[i][3]),
-                "attention()": lambda i: attention(*sets[i][:3], causal=problem.causal),
-                "sdpa default": lambda i: F.scaled_dot_product_attention(
-                    *sets[i][:3], is_causal=problem.causal),
-            }
+            fns = calls(problem, kernel, sets)
             modes = [(f"{name} alone", {name: fn}) for name, fn in fns.items()]
             modes.append(("all three interleaved", fns))
             for mode, candidates in modes:
