@@ -1,7 +1,8 @@
 """Why a tuned kernel times lower in `bench` than in its tuning session: the same kernel timed
 (1) alone, as the tuner's trial does; (2) through `attention()`, alone; (3) both beside torch
 SDPA's default, interleaved round by round as `bench` does; with the SM clock and power drawn
-sampled by nvidia-smi during each mode.
+sampled by nvidia-smi during each mode (its samples are coarse: power.draw is a running
+average, so a mode shorter than a second reads partly idle).
 
     python benchmarks/interleave_probe.py --db sqlite:///.tuning/h200.db --json out.json
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,7 +74,7 @@ def main() -> int:
     smi = subprocess.Popen(
         ["bash", "-c", "nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,"
          "nounits -lms 20 | while read l; do echo \"$(date +%s.%N), $l\"; done"],
-        stdout=log.open("w"))
+        stdout=log.open("w"), start_new_session=True)
     rows = []
     try:
         for problem in PROBLEMS:
@@ -98,8 +101,8 @@ def main() -> int:
                     print(f"{row['problem']:30s} {mode:28s} {name:22s} {row['tflops']:6.1f} "
                           f"TFLOP/s  SM {env['sm_clock_mhz']:.0f} MHz  {env['power_w']:.0f} W",
                           flush=True)
-    finally:
-        smi.terminate()
+    finally:  # the whole pipeline: nvidia-smi outlives its shell otherwise and holds stdout
+        os.killpg(smi.pid, signal.SIGTERM)
     Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                            "command": " ".join(["python", *sys.argv]),
                                            "rows": rows}, indent=1))
