@@ -3,7 +3,7 @@ switch or tile edge fixed, relative to the best of all (1.00 = costs nothing; '-
 tried no such config). The searched configs are TPE's choice, not controlled pairs, so a ratio
 bounds the effect from below rather than measuring it.
 
-    python benchmarks/variant_effects.py .tuning/pieces/piece_d128/tune_d128_fp16.db:128:fp16 ...
+    python benchmarks/variant_effects.py /tmp/piece_d128/tune_d128_fp16.db:128:fp16 ...
 """
 
 from __future__ import annotations
