@@ -15,6 +15,7 @@ from typing import Any
 
 from . import cli_tuning
 from ._table import render_table
+from .build_table import build_table
 from .compiler import BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
 from .space import load_space
@@ -115,18 +116,6 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 # -- compile ------------------------------------------------------------------------------------
 
 
-def _build_row(result: BuildResult) -> list[object]:
-    name = load_space(result.config.family).name_of(result.config)
-    if not result.ok:
-        return [name, result.status, "", "", "", "", f"{result.seconds:.1f}", "",
-                result.message.splitlines()[0][:100] if result.message else ""]
-    p, info = result.ptxas, result.launch_info
-    assert p is not None and info is not None
-    return [name, "ok", p.registers, f"{info.smem_bytes / 1024:.0f}",
-            f"{p.spill_store_bytes}/{p.spill_load_bytes}", p.stack_frame_bytes,
-            f"{result.seconds:.1f}", "yes" if result.cached else "", ""]
-
-
 def _build_json(result: BuildResult) -> dict[str, Any]:
     return {
         "name": load_space(result.config.family).name_of(result.config),
@@ -170,8 +159,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print("no config matches the selection", file=sys.stderr)
         return 1
     results, wall = _compile(configs, target, args)
-    print(render_table(["config", "status", "regs", "smem KB", "spill st/ld", "stack", "nvcc s",
-                        "cached", "message"], [_build_row(r) for r in results]))
+    print(build_table(results))
     built = [r for r in results if r.ok and not r.cached]
     ok = sum(r.ok for r in results)
     per_min = 60 * len(built) / wall if built and wall > 0 else 0.0
@@ -303,8 +291,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     tuning session, the best config and a tuned attention call."""
     from . import demo
 
-    return demo.run(args.head_dim, args.causal, args.trials, args.db, _build_row,
-                    _gpu_available())
+    return demo.run(args.head_dim, args.causal, args.trials, args.db, _gpu_available())
 
 
 # -- entry point --------------------------------------------------------------------------------

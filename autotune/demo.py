@@ -10,19 +10,18 @@ timed against torch SDPA in the same run and checked against it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from ._table import render_table
-from .compiler import BuildResult, compile_many, default_jobs
+from .build_table import build_table
+from .compiler import compile_many, default_jobs
 from .problem import Problem
 from .space import load_space, supported_families
 from .store.schema import default_url
 from .target import Target, default_target
 
 
-def static_part(problem: Problem, target: Target,
-                build_row: Callable[[BuildResult], list[object]]) -> bool:
+def static_part(problem: Problem, target: Target) -> bool:
     """Valid-config counts per family and a build of each family's default; False if a build
     failed."""
     counts, defaults = [], []
@@ -39,8 +38,7 @@ def static_part(problem: Problem, target: Target,
     print(render_table(["family", "valid", "of", "kernel"], counts))
     print(f"\nbuilding each family's untuned default ({default_jobs()} nvcc jobs) ...")
     results = compile_many(defaults, target)
-    print(render_table(["config", "status", "regs", "smem KB", "spill st/ld", "stack", "nvcc s",
-                        "cached", "message"], [build_row(r) for r in results]))
+    print(build_table(results))
     return all(r.ok for r in results)
 
 
@@ -94,14 +92,13 @@ def gpu_part(problem: Problem, trials: int, db: str | None) -> int:
     return 0 if err < 1e-2 else 1
 
 
-def run(head_dim: int, causal: bool, trials: int, db: str | None,
-        build_row: Callable[[BuildResult], list[object]], gpu: bool) -> int:
+def run(head_dim: int, causal: bool, trials: int, db: str | None, gpu: bool) -> int:
     problem = Problem(4, 16, 16, 2048, 2048, head_dim, "fp16", causal)
     target = default_target()
     if not gpu:
         print("No CUDA GPU is visible here: running the compile-and-static-analysis part only "
               "(cubins for sm_90; tuning, validation and timing need a GPU).\n")
-    built = static_part(problem, target, build_row)
+    built = static_part(problem, target)
     if not gpu:
         return 0 if built else 1
     return gpu_part(problem, trials, db)

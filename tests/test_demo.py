@@ -27,7 +27,8 @@ def test_without_a_gpu_the_demo_analyses_and_builds_each_family(
 
     monkeypatch.setattr(demo, "default_target", lambda: target_for_arch(cc))
     monkeypatch.setattr(demo, "compile_many", fake_compile)
-    rc = demo.run(128, False, 4, None, lambda r: ["row"] * 9, gpu=False)
+    monkeypatch.setattr(demo, "build_table", lambda results: "builds")
+    rc = demo.run(128, False, 4, None, gpu=False)
     out = capsys.readouterr().out
     assert rc == 0 and "No CUDA GPU is visible here" in out
     assert [c.family for c in built] == families
@@ -44,4 +45,5 @@ def test_a_failed_build_fails_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(demo, "default_target", lambda: target_for_arch(90))
     monkeypatch.setattr(demo, "compile_many", lambda configs, target: [Failed() for _ in configs])
-    assert demo.run(64, True, 4, None, lambda r: ["row"] * 9, gpu=False) == 1
+    monkeypatch.setattr(demo, "build_table", lambda results: "builds")
+    assert demo.run(64, True, 4, None, gpu=False) == 1
