@@ -33,6 +33,9 @@ set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# Cubins packed by benchmarks/pack_cubins.py and carried in .c90pack/, into the kernel cache.
+unpack_cubins() { mkdir -p "$CUTE_AUTOTUNE_CACHE"
+  for p in .c90pack/*.tgz; do [ -e "$p" ] && tar xzf "$p" -C "$CUTE_AUTOTUNE_CACHE"; done; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
 case "${1:?stage}" in
 tests64|tests128)
@@ -72,8 +75,7 @@ dispatch)
   # Tuned dispatch from the session's database against SDPA, in one run per shape set.
   # Cubins packed by benchmarks/pack_cubins.py (carried in .c90pack/) save the compiles;
   # PREFIX=sm90_bench names the files of the run with both families.
-  mkdir -p "$CUTE_AUTOTUNE_CACHE"
-  for f in .c90pack/*.tgz; do [ -e "$f" ] && tar xzf "$f" -C "$CUTE_AUTOTUNE_CACHE"; done
+  unpack_cubins
   db="sqlite:///$PWD/.tuning/h200.db"
   for set in llm-prefill untuned-probe; do
     stem=${PREFIX:-bench}_${set//-/_}_h200
@@ -130,8 +132,7 @@ sm90piece)
   # llm-prefill problems into its own copy of the session's database (merged afterwards with
   # `cute-autotune export` / `import`). Everything comes back in one tarball.
   d=${D:?D=64 or D=128}; t0=$(date +%s); p=/tmp/piece_d$d; mkdir -p "$p"
-  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; mkdir -p .cubins90
-  for f in .c90pack/*.tgz; do tar xzf "$f" -C .cubins90; done
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; unpack_cubins
   # ALSO_CHECK: head dims validated whole but not tuned (the D=256).
   python3 -m autotune.cli compile --family sm90 --head-dim "$d" ${ALSO_CHECK:-} --causal both \
     --json "$p/compile_d$d.json" --quiet > "$p/compile_d$d.txt" 2>&1; tail -n 1 "$p/compile_d$d.txt"
@@ -161,8 +162,7 @@ sm90piece)
   ;;
 final)
   # Each step packs what is done so far into $OUT/final.tgz, so a timeout loses only the rest.
-  f=/tmp/final; mkdir -p "$f" "$CUTE_AUTOTUNE_CACHE"
-  for p in .c90pack/*.tgz; do [ -e "$p" ] && tar xzf "$p" -C "$CUTE_AUTOTUNE_CACHE"; done
+  f=/tmp/final; mkdir -p "$f"; unpack_cubins
   t0=$(date +%s); db="sqlite:///$PWD/.tuning/h200.db"
   pack() { echo "$1 done at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/final.tgz" -C /tmp final; }
   for set in llm-prefill untuned-probe; do
