@@ -1,5 +1,6 @@
 """The table of builds that `compile` and `demo` print: one row per config with its ptxas
-report (registers, shared memory, spills, stack), compile time and cache hit."""
+report (registers, shared memory, spills, stack, wgmma serialisation), compile time and cache
+hit."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def build_row(result: BuildResult) -> list[object]:
     assert p is not None and info is not None
     return [name, "ok", p.registers, f"{info.smem_bytes / 1024:.0f}",
             f"{p.spill_store_bytes}/{p.spill_load_bytes}", p.stack_frame_bytes,
-            f"{result.seconds:.1f}", "yes" if result.cached else "", ""]
+            f"{result.seconds:.1f}", "yes" if result.cached else "",
+            f"wgmma serialized ({p.wgmma_serialized})"[:100] if p.wgmma_serialized else ""]
 
 
 def build_table(results: list[BuildResult]) -> str:

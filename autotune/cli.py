@@ -168,7 +168,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"{f', {per_min:.1f} configs/min' if built else ''}); "
           f"{sum(r.status == 'invalid' for r in results)} pruned, "
           f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed; "
-          f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill")
+          f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
+          f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized")
     if args.json:
         payload = {**_host_info(args.jobs or default_jobs()), "arch": target.arch,
                    "wall_seconds": round(wall, 2), "compiled_now": len(built),
@@ -218,7 +219,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 reply = {"status": "not_run", "reason": f"{build.status}: {build.message}"}
             outcomes.append(reply)
             bar.update(1)
-    rows, failures, spilling = [], [], []
+    rows, failures, spilling, serialized = [], [], [], []
     for build, outcome in zip(builds, outcomes, strict=True):
         name = load_space(build.config.family).name_of(build.config)
         report = outcome.get("report") or {}
@@ -228,6 +229,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             spilling.append({"name": name, "spill_stores": build.ptxas.spill_store_bytes,
                              "spill_loads": build.ptxas.spill_load_bytes,
                              "registers": build.ptxas.registers})
+        if build.ptxas and build.ptxas.wgmma_serialized:
+            serialized.append({"name": name, "reason": build.ptxas.wgmma_serialized})
         if build.status != "invalid" and outcome["status"] != "passed":
             failures.append({"name": name, "config": build.config.as_dict(),
                              "stage": "compile" if not build.ok else "validate",
@@ -243,14 +246,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     passed = sum(o["status"] == "passed" for o in outcomes)
     gpu = torch.cuda.get_device_name()
     print(f"\n{gpu}: {len(valid)} valid, {sum(b.ok for b in builds)} compiled, {passed} passed, "
-          f"{len(failures)} failed, {len(spilling)} spill (seed {seed})")
+          f"{len(failures)} failed, {len(spilling)} spill, {len(serialized)} wgmma-serialized "
+          f"(seed {seed})")
     if args.json:
         payload = {
             "gpu": gpu, "arch": target.arch, **_host_info(args.jobs or default_jobs()),
             "command": " ".join(["cute-autotune", *sys.argv[1:]]),
             "seed": seed, "considered": len(builds), "valid": len(valid),
             "compiled": sum(b.ok for b in builds), "passed": passed,
-            "spilling": spilling, "failures": failures, "compile_wall_seconds": round(wall, 2),
+            "spilling": spilling, "wgmma_serialized": serialized, "failures": failures,
+            "compile_wall_seconds": round(wall, 2),
             "worker_restarts": worker.restarts,
             "results": [{**_build_json(b), "validation": o}
                         for b, o in zip(builds, outcomes, strict=True)],

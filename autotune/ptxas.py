@@ -16,6 +16,10 @@ class PtxasReport:
     spill_load_bytes: int
     static_smem_bytes: int
     barriers: int
+    # Why ptxas serialised the function's wgmmas ("C7515: ..."), or "" when it did not. A
+    # serialised Hopper kernel is correct but waits for every wgmma before the next: a
+    # fraction of its speed, with nothing else in the report to show it.
+    wgmma_serialized: str = ""
 
     @property
     def spills(self) -> bool:
@@ -36,11 +40,18 @@ _FRAME = re.compile(
 _USED = re.compile(r"Used (\d+) registers")
 _BARRIERS = re.compile(r"used (\d+) barriers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+_SERIALIZED = re.compile(
+    r"\((C\d+)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized"
+    r" due to (.*?) in the function '([^']+)'"
+)
 
 
 def parse_ptxas(text: str, function: str | None = None) -> PtxasReport:
     """The report of `function` (default: the only entry function) in nvcc's stderr."""
     reports: list[PtxasReport] = []
+    serialized: dict[str, str] = {}
+    for code, reason, name in _SERIALIZED.findall(text):
+        serialized.setdefault(name, f"{code}: {' '.join(reason.split())}")
     lines = text.splitlines()
     for i, line in enumerate(lines):
         entry = _ENTRY.search(line)
@@ -68,6 +79,7 @@ def parse_ptxas(text: str, function: str | None = None) -> PtxasReport:
                 spill_load_bytes=int(frame.group(3)),
                 static_smem_bytes=int(smem.group(1)) if smem else 0,
                 barriers=int(barriers.group(1)) if barriers else 0,
+                wgmma_serialized=serialized.get(name, ""),
             )
         )
     if function is not None:

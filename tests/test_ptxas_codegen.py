@@ -24,6 +24,26 @@ ptxas info    : Function properties for cute_autotune_fwd
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 142 registers, used 1 barriers, 380 bytes cmem[0]
 """
+# Verbatim from `nvcc -Xptxas=-v` 13.0 on an sm90-family draft whose wgmmas ptxas serialised.
+SERIALIZED = """ptxas info    : (C7517) warpgroup.wait is injected in around line 4346 by \
+compiler to allow use of registers defined by GMMA in function 'cute_autotune_fwd'
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized \
+due to non wgmma instructions defining accumulator registers of a wgmma between start and end of \
+the pipeline stage in the function 'cute_autotune_fwd'
+ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function 'cute_autotune_fwd' for 'sm_90a'
+ptxas info    : Function properties for cute_autotune_fwd
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+""".replace("\\\n", "")
+
+
+def test_parse_wgmma_serialization() -> None:
+    r = parse_ptxas(SERIALIZED)
+    assert r.registers == 168 and not r.spills
+    assert r.wgmma_serialized.startswith("C7515: non wgmma instructions defining accumulator")
+    assert r.wgmma_serialized.endswith("end of the pipeline stage")
+    assert parse_ptxas(SPILLING).wgmma_serialized == ""
 
 
 def test_parse_spilling_report() -> None:
