@@ -149,7 +149,8 @@ def test_static_asserts_mirror_every_space_constraint() -> None:
 
 def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
     """The Hopper family builds for the arch-specific target with no spills (the persistent,
-    ping-pong variant: the one whose loop once spilled), declares its warp-specialised launch
+    ping-pong variant: the one whose loop once spilled) and with its wgmmas pipelined (a
+    kernel v3 draft had ptxas serialise them all and ran at 0.76x), declares its launch
     (one producer warpgroup + consumers) in its LaunchInfo, and is refused for a GPU that is
     not sm_90."""
     space = load_space("sm90")
@@ -160,6 +161,7 @@ def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
     assert result.ok, result.message
     assert result.record["gencode"] == "arch=compute_90a,code=sm_90a"
     assert result.ptxas is not None and not result.ptxas.spills
+    assert result.ptxas.wgmma_serialized == ""
     info = result.launch_info
     assert info is not None and (info.family, info.threads, info.block_m) == (90, 384, 128)
     tiles = space.derived_values(config, H200)["smem_bytes"]

@@ -161,6 +161,7 @@ struct Plan {
   CUcontext ctx = nullptr;
   LaunchInfo info{};
   bool persistent = false;
+  int o_box_rows = 0;  // sm90: rows of the TMA box O is stored with
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
               uintptr_t stream) const {
@@ -183,11 +184,10 @@ struct Plan {
       p90.tma_v = encode_tensor_map(p.v, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                                     info.block_n);
-      if (persistent) {  // its epilogue stores O by TMA; rows past Lq are clipped
-        p90.tma_o = encode_tensor_map(p.o, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
-                                      p.o_row_stride, p.o_head_stride, p.o_batch_stride,
-                                      info.block_m);
-      }
+      // The epilogue stores O by TMA; rows past Lq are clipped.
+      p90.tma_o = encode_tensor_map(p.o, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
+                                    p.o_row_stride, p.o_head_stride, p.o_batch_stride,
+                                    o_box_rows);
       p90.base = p;
       submit(&p90, stream);
     } else {
@@ -251,12 +251,8 @@ class Kernel {
     }
     // A persistent kernel (sm90 family, exported by the kernel itself) walks the work tiles
     // from a grid of as many CTAs as the device holds at once.
-    CUdeviceptr flag_ptr;
-    size_t flag_bytes = 0;
-    CUresult found = d.module_get_global(&flag_ptr, &flag_bytes, module_, kPersistentSymbol);
-    if (found == CUDA_SUCCESS && flag_bytes == sizeof(int)) {
-      int flag = 0;
-      check(d.memcpy_dtoh(&flag, flag_ptr, sizeof(int)), "cuMemcpyDtoH(persistent flag)");
+    int flag = 0;
+    if (read_int_symbol(kPersistentSymbol, flag)) {
       if (flag != 0) {
         int per_sm = 0;
         int sm_count = 0;
@@ -269,8 +265,13 @@ class Kernel {
         }
         resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
       }
-    } else if (found != CUDA_ERROR_NOT_FOUND) {
-      check(found, "cuModuleGetGlobal(cute_autotune_sm90_persistent)");
+    }
+    // Rows of the TMA box an sm90 kernel stores O with (per warpgroup since kernel v3; a
+    // cubin without the symbol stores whole block_m tiles).
+    o_box_rows_ = info_.block_m;
+    read_int_symbol(kOBoxRowsSymbol, o_box_rows_);
+    if (o_box_rows_ < 1 || o_box_rows_ > info_.block_m) {
+      throw std::runtime_error(path_ + ": O box of " + std::to_string(o_box_rows_) + " rows");
     }
   }
 
@@ -328,10 +329,26 @@ class Kernel {
     plan.function = function_;
     plan.ctx = ctx_;
     plan.info = info_;
+    plan.o_box_rows = o_box_rows_;
     return plan;
   }
 
  private:
+  // An optional int a kernel exports beside its LaunchInfo: false when the cubin lacks it.
+  bool read_int_symbol(const char* name, int& value) const {
+    const Driver& d = driver();
+    CUdeviceptr ptr;
+    size_t bytes = 0;
+    const CUresult found = d.module_get_global(&ptr, &bytes, module_, name);
+    if (found == CUDA_ERROR_NOT_FOUND) return false;
+    check(found, (std::string("cuModuleGetGlobal(") + name + ")").c_str());
+    if (bytes != sizeof(int)) {
+      throw std::runtime_error(path_ + ": " + name + " has " + std::to_string(bytes) + " bytes");
+    }
+    check(d.memcpy_dtoh(&value, ptr, sizeof(int)), "cuMemcpyDtoH(kernel symbol)");
+    return true;
+  }
+
   // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
   void unpack_info(const py::tuple& t) {
     constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
@@ -356,7 +373,9 @@ class Kernel {
   CUfunction function_ = nullptr;
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
+  int o_box_rows_ = 0;
   static constexpr const char* kPersistentSymbol = "cute_autotune_sm90_persistent";
+  static constexpr const char* kOBoxRowsSymbol = "cute_autotune_sm90_o_box_rows";
 };
 
 }  // namespace

@@ -5,7 +5,7 @@
 // grid from the kernel's exported schedule), heaviest causal tiles first.
 //
 // Same contract as the sm80 family (fwd_params.h): any Lq, Lk >= 1 (TMA zero-fills rows past
-// the end; key columns past Lk are masked; stores are guarded), strides through the tensor maps,
+// the end; key columns past Lk are masked; TMA clips stores past Lq), strides through the maps,
 // GQA through head_ratio, optional LSE, causal aligned bottom-right, rows that see no key give
 // O = 0 and LSE = -inf.
 #pragma once
@@ -90,9 +90,11 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
+  constexpr int kQBuffers = Traits::kQBuffers;
   constexpr bool kCausal = Traits::kCausal;
   constexpr int kBoxCols = Traits::kTmaBoxCols;
   constexpr int kBoxes = kHeadDim / kBoxCols;
+  constexpr int kTileElemsQ = kBlockM * kHeadDim;
 
   FwdParams const& p = params.base;
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
@@ -100,13 +102,16 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   const int diagonal = p.seqlen_k - p.seqlen_q;
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   // Work tiles of this CTA: blockIdx.x, + gridDim.x, ... in the persistent schedule; else one.
+  // Work tile number `iter` of the CTA uses Q buffer iter % kQBuffers, round iter / kQBuffers.
   const int tile_count = Traits::kPersistent ? m_blocks * p.heads_q * p.batch : 1;
   const int tile_first = Traits::kPersistent ? int(blockIdx.x) : 0;
   const int tile_stride = Traits::kPersistent ? int(gridDim.x) : 1;
 
   if (threadIdx.x == 0) {
-    ClusterTransactionBarrier::init(&smem.q_full, 1);
-    ClusterBarrier::init(&smem.q_empty, Traits::kConsumerWGs);
+    for (int b = 0; b < kQBuffers; ++b) {
+      ClusterTransactionBarrier::init(&smem.q_full[b], 1);
+      ClusterBarrier::init(&smem.q_empty[b], Traits::kConsumerWGs);
+    }
     for (int s = 0; s < kStages; ++s) {
       ClusterTransactionBarrier::init(&smem.k_full[s], 1);
       ClusterTransactionBarrier::init(&smem.v_full[s], 1);
@@ -125,43 +130,41 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       cute::prefetch_tma_descriptor(&params.tma_q);
       cute::prefetch_tma_descriptor(&params.tma_k);
       cute::prefetch_tma_descriptor(&params.tma_v);
+      // One K or V tile into its ring stage, once the consumers have freed the stage.
+      auto load_kv = [&](CUtensorMap const* map, uint64_t* full, uint64_t* empty, Element* ring,
+                         int kv, int n_block, WorkTile const& w) {
+        const int stage = kv % kStages;
+        if (kv >= kStages) { ClusterBarrier::wait(&empty[stage], uint32_t(kv / kStages - 1) & 1); }
+        ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], Traits::kTileBytesKV);
+        CUTE_UNROLL
+        for (int b = 0; b < kBoxes; ++b) {
+          SM90_TMA_LOAD_4D::copy(map, &full[stage], 0,
+                                 ring + (stage * kBoxes + b) * kBlockN * kBoxCols, b * kBoxCols,
+                                 n_block * kBlockN, w.kv_head, w.batch);
+        }
+      };
       int kv = 0;  // K/V tiles issued so far, over every work tile of this CTA
       for (int tile = tile_first, iter = 0; tile < tile_count; tile += tile_stride, ++iter) {
         const WorkTile w = work_tile<Traits>(p, tile, m_blocks);
-        // The Q tile is refilled once every consumer warpgroup is past its last Q K^T.
-        if (iter > 0) { ClusterBarrier::wait(&smem.q_empty, (iter - 1) & 1); }
-        ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kTileBytesQ);
+        // A Q buffer is refilled once every consumer warpgroup's O store from it (two work
+        // tiles back) has been read out.
+        const int buf = iter % kQBuffers;
+        if (iter >= kQBuffers) {
+          ClusterBarrier::wait(&smem.q_empty[buf], uint32_t(iter / kQBuffers - 1) & 1);
+        }
+        ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[buf], Traits::kTileBytesQ);
         CUTE_UNROLL
         for (int b = 0; b < kBoxes; ++b) {
-          SM90_TMA_LOAD_4D::copy(&params.tma_q, &smem.q_full, 0,
-                                 smem.q.data() + b * kBlockM * kBoxCols, b * kBoxCols, w.m0,
-                                 w.head, w.batch);
+          SM90_TMA_LOAD_4D::copy(&params.tma_q, &smem.q_full[buf], 0,
+                                 smem.q.data() + buf * kTileElemsQ + b * kBlockM * kBoxCols,
+                                 b * kBoxCols, w.m0, w.head, w.batch);
         }
         // Key tiles from the last to the first, as in the sm80 family: only the first ones need
-        // masks. K/V tile number kv sits in stage kv % kStages; its empty barrier's phase flips
-        // per round of the ring.
+        // masks. K/V tile number kv sits in stage kv % kStages.
         for (int t = 0; t < w.n_tiles; ++t, ++kv) {
           const int n_block = w.n_tiles - 1 - t;
-          const int stage = kv % kStages;
-          const uint32_t round = kv / kStages;
-          if (kv >= kStages) { ClusterBarrier::wait(&smem.k_empty[stage], (round - 1) & 1); }
-          ClusterTransactionBarrier::arrive_and_expect_tx(&smem.k_full[stage],
-                                                          Traits::kTileBytesKV);
-          CUTE_UNROLL
-          for (int b = 0; b < kBoxes; ++b) {
-            SM90_TMA_LOAD_4D::copy(&params.tma_k, &smem.k_full[stage], 0,
-                                   smem.k.data() + (stage * kBoxes + b) * kBlockN * kBoxCols,
-                                   b * kBoxCols, n_block * kBlockN, w.kv_head, w.batch);
-          }
-          if (kv >= kStages) { ClusterBarrier::wait(&smem.v_empty[stage], (round - 1) & 1); }
-          ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_full[stage],
-                                                          Traits::kTileBytesKV);
-          CUTE_UNROLL
-          for (int b = 0; b < kBoxes; ++b) {
-            SM90_TMA_LOAD_4D::copy(&params.tma_v, &smem.v_full[stage], 0,
-                                   smem.v.data() + (stage * kBoxes + b) * kBlockN * kBoxCols,
-                                   b * kBoxCols, n_block * kBlockN, w.kv_head, w.batch);
-          }
+          load_kv(&params.tma_k, smem.k_full, smem.k_empty, smem.k.data(), kv, n_block, w);
+          load_kv(&params.tma_v, smem.v_full, smem.v_empty, smem.v.data(), kv, n_block, w);
         }
       }
     }
@@ -172,28 +175,20 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tid = threadIdx.x - 128;
   const int consumer = tid / 128;
+  const bool elected = tid % 128 == 0;  // issues this warpgroup's arrivals and O stores
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-  // O is staged in its own tile in the persistent schedule (Q of the next work tile may be
-  // loading), else in the Q tile.
-  Element* o_staging;
-  if constexpr (Traits::kPersistent) {
-    o_staging = smem.o.data();
-  } else {
-    o_staging = smem.q.data();
-  }
-  Tensor sO = make_tensor(make_smem_ptr(o_staging), typename Traits::SmemLayoutQ{});
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(tid);
   auto thr_pv = mma_pv.get_thread_slice(tid);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA,MMA_M,MMA_K) descriptors
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA,MMA_M,MMA_K,BUFFER) descriptors
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA,MMA_N,MMA_K,STAGE)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGE)
   Tensor acc_o = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  // The thread index the per-element coordinates (masking, epilogue) are derived from, passed
+  // The thread index the per-element coordinates (masking, LSE) are derived from, passed
   // through an empty asm at the top of every work tile: without it the compiler hoists all of
   // them (two ints per accumulator element) out of the persistent loop and spills them.
   int coord_tid = tid;
@@ -208,47 +203,44 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   Tensor s_rowcol = make_tensor(acc_s.data(), gmma_rowcol(acc_s.layout()));
   Tensor o_rowcol = make_tensor(acc_o.data(), gmma_rowcol(acc_o.layout()));
   Tensor rescale = make_tensor<float>(Shape<Int<kRows>>{});
+  bool rescale_needed = true;  // some row of this warp raised its max in the last softmax
 
-  WorkTile w;
-  int kv = 0;  // K/V tiles consumed before the current work tile, over this CTA's work tiles
-  auto stage_of = [&](int t) { return (kv + t) % kStages; };
-  auto phase_of = [&](int t) { return uint32_t(((kv + t) / kStages) & 1); };
-
-  // Issue S = Q K(t)^T (asynchronous; completes at a warpgroup_wait).
-  auto issue_qk = [&](int t) {
-    ClusterTransactionBarrier::wait(&smem.k_full[stage_of(t)], phase_of(t));
+  // Issue S = Q K^T for K/V tile number kv of the CTA against Q buffer buf (asynchronous;
+  // completes at a warpgroup_wait).
+  auto issue_qk = [&](int kv, int buf) {
+    ClusterTransactionBarrier::wait(&smem.k_full[kv % kStages], uint32_t(kv / kStages) & 1);
     warpgroup_fence_operand(acc_s);
     warpgroup_arrive();
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage_of(t)), acc_s);
+      cute::gemm(mma_qk, tSrQ(_, _, k, buf), tSrK(_, _, k, kv % kStages), acc_s);
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
   };
-  // Issue O += P V(t) with P in registers (asynchronous).
-  auto issue_pv = [&](int t) {
-    ClusterTransactionBarrier::wait(&smem.v_full[stage_of(t)], phase_of(t));
+  // Issue O += P V for K/V tile number kv with P in registers (asynchronous).
+  auto issue_pv = [&](int kv) {
+    ClusterTransactionBarrier::wait(&smem.v_full[kv % kStages], uint32_t(kv / kStages) & 1);
     warpgroup_fence_operand(acc_o);
     warpgroup_fence_operand(tOrP);
     warpgroup_arrive();
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tOrP); ++k) {
-      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage_of(t)), acc_o);
+      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, kv % kStages), acc_o);
     }
     warpgroup_commit_batch();
   };
   // One arrival per consumer warpgroup frees a stage for the producer.
-  auto release = [&](uint64_t* empty, int t) {
-    if (tid % 128 == 0) { ClusterBarrier::arrive(&empty[stage_of(t)]); }
+  auto release = [&](uint64_t* empty, int kv) {
+    if (elected) { ClusterBarrier::arrive(&empty[kv % kStages]); }
   };
-  // Mask S(t), fold it into the running max and sum, turn it into exp2 weights, and leave the
-  // factor the output must be rescaled by in `rescale` (O itself is not touched here: with the
-  // intra-warpgroup overlap a P V wgmma may still be accumulating into it).
-  auto softmax = [&](int t) {
+  // Mask S (key tile n_block of work tile w), fold it into the running max and sum, turn it
+  // into exp2 weights, and leave the factor the output must be rescaled by in `rescale` (O
+  // itself is not touched here: with the intra-warpgroup overlap a P V wgmma may still be
+  // accumulating into it).
+  auto softmax = [&](WorkTile const& w, int n_block) {
     warpgroup_fence_operand(acc_s);
-    const int n_block = w.n_tiles - 1 - t;
     if ((n_block + 1) * kBlockN > w.mask_from) {
       Tensor tScS = mma_qk.get_thread_slice(coord_tid).partition_C(
           make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
@@ -260,6 +252,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
         if (col >= limit) { acc_s(i) = -INFINITY; }
       }
     }
+    bool max_moved = false;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       float m = row_max(mi);
@@ -271,7 +264,9 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       row_max(mi) = m;
       // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2 gives 0.
       const float max_scaled = ((kCausal && m == -INFINITY) ? 0.f : m) * p.scale_log2;
-      rescale(mi) = exp2f(prev * p.scale_log2 - max_scaled);
+      // An unchanged max rescales by exactly 1, so O can skip the multiply (rescale_o).
+      max_moved |= m != prev;
+      rescale(mi) = m == prev ? 1.f : exp2f(prev * p.scale_log2 - max_scaled);
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rowcol); ++ni) {
@@ -280,8 +275,13 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       }
       row_sum(mi) = row_sum(mi) * rescale(mi) + sum;
     }
+    // Warp-uniform, so the skip in rescale_o is a branch, not a divergence: past the first few
+    // key tiles of a long row the maxima rarely move, and the multiplies are a tenth of the
+    // softmax's instructions at head_dim 128.
+    rescale_needed = __any_sync(0xffffffffu, max_moved);
   };
   auto rescale_o = [&]() {
+    if (!rescale_needed) { return; }
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       CUTE_UNROLL
@@ -291,6 +291,11 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   auto convert_p = [&]() {
     CUTE_UNROLL
     for (int i = 0; i < size(tOrP); ++i) { tOrP(i) = Element(acc_s_as_a(i)); }
+  };
+  auto reset_row_state = [&]() {
+    clear(acc_o);
+    fill(row_max, -INFINITY);
+    fill(row_sum, 0.f);
   };
   // Ping-pong: the consumer warpgroups take turns to issue their wgmmas (named barrier per
   // warpgroup, the previous one signals), so one's softmax runs while another's GEMMs do.
@@ -305,76 +310,25 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       cutlass::arch::NamedBarrier::arrive(2 * 128, 1 + (consumer + 1) % Traits::kConsumerWGs);
     }
   };
-  // One arrival per consumer warpgroup once its last Q K^T of the work tile has completed: the
-  // producer then loads the next tile's Q while this one finishes its softmax, P V and
-  // epilogue (persistent schedule; without one nobody waits on it).
-  auto release_q = [&]() {
-    if (tid % 128 == 0) { ClusterBarrier::arrive(&smem.q_empty); }
+  auto wait_q = [&](int iter) {
+    ClusterTransactionBarrier::wait(&smem.q_full[iter % kQBuffers],
+                                    uint32_t(iter / kQBuffers) & 1);
   };
-  if constexpr (Traits::kPingPong) {
-    if (consumer == Traits::kConsumerWGs - 1) {
-      cutlass::arch::NamedBarrier::arrive(2 * 128, 1);  // the first turn is warpgroup 0's
-    }
-  }
-
-  for (int tile = tile_first, iter = 0; tile < tile_count; tile += tile_stride, ++iter) {
-    w = work_tile<Traits>(p, tile, m_blocks);
-    coord_tid = tid;
-    asm volatile("" : "+r"(coord_tid));
-    clear(acc_o);
-    fill(row_max, -INFINITY);
-    fill(row_sum, 0.f);
-    ClusterTransactionBarrier::wait(&smem.q_full, iter & 1);
-    if constexpr (!Traits::kIntraWGOverlap) {
-      for (int t = 0; t < w.n_tiles; ++t) {
-        issue_qk(t);
-        warpgroup_wait<0>();
-        release(smem.k_empty, t);
-        if (t == w.n_tiles - 1) { release_q(); }
-        softmax(t);
-        rescale_o();
-        convert_p();
-        issue_pv(t);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc_o);
-        release(smem.v_empty, t);
+  // Q buffer of work tile `iter` back to the producer, once this warpgroup's O store out of it
+  // has been read (persistent schedule; a single work tile never refills its buffer). Called
+  // one work tile later, after that tile's first softmax, so the store has long finished.
+  auto free_q_buffer = [&](int iter) {
+    if constexpr (Traits::kPersistent) {
+      if (elected) {
+        tma_store_wait<0>();
+        ClusterBarrier::arrive(&smem.q_empty[iter % kQBuffers]);
       }
-    } else if (w.n_tiles > 0) {
-      // Softmax of tile t runs while the tensor cores do P V of tile t-1.
-      my_turn();
-      issue_qk(0);
-      pass_turn();
-      warpgroup_wait<0>();
-      release(smem.k_empty, 0);
-      if (w.n_tiles == 1) { release_q(); }
-      softmax(0);
-      convert_p();
-      for (int t = 1; t < w.n_tiles; ++t) {
-        my_turn();
-        issue_qk(t);
-        issue_pv(t - 1);
-        pass_turn();
-        warpgroup_wait<1>();  // S(t) is ready; P V(t-1) may still run
-        release(smem.k_empty, t);
-        if (t == w.n_tiles - 1) { release_q(); }
-        softmax(t);
-        warpgroup_wait<0>();  // P V(t-1) done: O and P may be touched again
-        warpgroup_fence_operand(acc_o);
-        release(smem.v_empty, t - 1);
-        rescale_o();
-        convert_p();
-      }
-      my_turn();
-      issue_pv(w.n_tiles - 1);
-      pass_turn();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
-      release(smem.v_empty, w.n_tiles - 1);
     }
-    kv += w.n_tiles;
-    if (w.n_tiles == 0) { release_q(); }  // a tile whose rows see no key still used its Q
-
-    // Epilogue: normalise, LSE, then O through shared memory for 16-byte row stores.
+  };
+  // Epilogue of work tile w: normalise, LSE, then this warpgroup's 64 rows of O over its own Q
+  // rows (its Q K^Ts are done; the other warpgroups read only theirs) by stmatrix, and out by
+  // one TMA store per box. Rows past Lq are clipped by the TMA unit.
+  auto store_o = [&](WorkTile const& w, int iter) {
     Tensor lse = make_tensor<float>(Shape<Int<kRows>>{});
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
@@ -386,10 +340,9 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
       CUTE_UNROLL
       for (int di = 0; di < size<1>(o_rowcol); ++di) { o_rowcol(mi, di) *= inv_sum; }
     }
-
-    Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    Tensor tOcO = mma_pv.get_thread_slice(coord_tid).partition_C(cO);
     if (p.lse != nullptr) {
+      Tensor tOcO = mma_pv.get_thread_slice(coord_tid).partition_C(
+          make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
       Tensor tOcO_rowcol = make_tensor(tOcO.data(), gmma_rowcol(tOcO.layout()));
       float* lse_rows = p.lse + (int64_t(w.batch) * p.heads_q + w.head) * p.seqlen_q + w.m0;
       if (get<1>(tOcO_rowcol(0, 0)) == 0) {
@@ -400,52 +353,121 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
         }
       }
     }
-
-    if constexpr (Traits::kPersistent) {
-      // O goes out by TMA from its own tile and nobody waits for it, except the next work
-      // tile's epilogue before it overwrites sO (and the end of the kernel).
-      if (tid == 0) { tma_store_wait<0>(); }
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+    Tensor rO = make_tensor_like<Element>(acc_o);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) { rO(i) = Element(acc_o(i)); }
+    const int buf = iter % kQBuffers;
+    Element* o_tile = smem.q.data() + buf * kTileElemsQ;
+    Tensor sO = make_tensor(make_smem_ptr(o_tile), typename Traits::SmemLayoutO{});
+    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    auto thr_copy_o = copy_o.get_thread_slice(tid);
+    cute::copy(copy_o, thr_copy_o.retile_S(rO), thr_copy_o.partition_D(sO));
+    tma_store_fence();  // the generic-proxy writes of sO, visible to the TMA (async proxy)
+    // Named barriers 1..3 are the ping-pong turns; 4..6 one per warpgroup here.
+    cutlass::arch::NamedBarrier::sync(128, 4 + consumer);
+    if (elected) {
+      // The wgmma tile of 64 * kConsumerWGs rows repeats down block_m; warpgroup c owns rows
+      // [64c, 64c + 64) of each repeat.
+      constexpr int kRepeats = kBlockM / (64 * Traits::kConsumerWGs);
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_o); ++i) { sO(tOcO(i)) = Element(acc_o(i)); }
-      tma_store_fence();  // the generic-proxy writes of sO, visible to the TMA (async proxy)
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
-      if (tid == 0) {
+      for (int r = 0; r < kRepeats; ++r) {
+        const int row0 = (r * Traits::kConsumerWGs + consumer) * Traits::kStoreRowsO;
         CUTE_UNROLL
         for (int b = 0; b < kBoxes; ++b) {
-          SM90_TMA_STORE_4D::copy(&params.tma_o, smem.o.data() + b * kBlockM * kBoxCols,
-                                  b * kBoxCols, w.m0, w.head, w.batch);
+          SM90_TMA_STORE_4D::copy(&params.tma_o, o_tile + (b * kBlockM + row0) * kBoxCols,
+                                  b * kBoxCols, w.m0 + row0, w.head, w.batch);
         }
-        tma_store_arrive();
       }
-      continue;
+      tma_store_arrive();
     }
-    // Every consumer must be past its last wgmma reading sQ (sO is the Q tile) before sO is
-    // written.
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_o); ++i) { sO(tOcO(i)) = Element(acc_o(i)); }
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 0);
+  };
+  if constexpr (Traits::kPingPong) {
+    if (consumer == Traits::kConsumerWGs - 1) {
+      cutlass::arch::NamedBarrier::arrive(2 * 128, 1);  // the first turn is warpgroup 0's
+    }
+  }
 
-    // 16-byte chunks of O rows: chunk c of row r holds columns [8c, 8c+8).
-    Element* out =
-        static_cast<Element*>(p.o) + w.batch * p.o_batch_stride + w.head * p.o_head_stride;
-    constexpr int kChunksPerRow = kHeadDim / 8;
-    for (int chunk = tid; chunk < kBlockM * kChunksPerRow; chunk += Traits::kConsumerThreads) {
-      const int row = chunk / kChunksPerRow;
-      const int col = (chunk % kChunksPerRow) * 8;
-      if (row < w.q_rows) {
-        cute::array<Element, 8> values;
-        CUTE_UNROLL
-        for (int j = 0; j < 8; ++j) { values[j] = sO(row, col + j); }
-        *reinterpret_cast<uint4*>(out + int64_t(w.m0 + row) * p.o_row_stride + col) =
-            *reinterpret_cast<uint4 const*>(values.data());
+  int kv = 0;  // K/V tiles consumed before the current work tile, over this CTA's work tiles
+  reset_row_state();
+  if constexpr (!Traits::kIntraWGOverlap) {
+    for (int tile = tile_first, iter = 0; tile < tile_count; tile += tile_stride, ++iter) {
+      const WorkTile w = work_tile<Traits>(p, tile, m_blocks);
+      coord_tid = tid;
+      asm volatile("" : "+r"(coord_tid));
+      wait_q(iter);
+      for (int t = 0; t < w.n_tiles; ++t) {
+        issue_qk(kv + t, iter % kQBuffers);
+        warpgroup_wait<0>();
+        release(smem.k_empty, kv + t);
+        softmax(w, w.n_tiles - 1 - t);
+        rescale_o();
+        convert_p();
+        issue_pv(kv + t);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        release(smem.v_empty, kv + t);
+        // The previous tile's O store has long been read out of its Q buffer by now.
+        if (t == 0 && iter > 0) { free_q_buffer(iter - 1); }
       }
+      if (w.n_tiles == 0 && iter > 0) { free_q_buffer(iter - 1); }
+      kv += w.n_tiles;
+      store_o(w, iter);
+      reset_row_state();
+    }
+  } else {
+    // Softmax of key tile t runs while the tensor cores do P V of tile t-1. With ping-pong, one
+    // warpgroup's epilogue runs while another's GEMMs do, across work tiles too: the epilogue
+    // waits for no other warpgroup.
+    //
+    // Each work tile's wgmmas are issued, waited for and read inside its own iteration. ptxas
+    // serialises every wgmma of the kernel (C7515) when a wgmma's result crosses the back edge
+    // of the tile loop, which rules out issuing the next tile's first Q K^T under this tile's
+    // epilogue (tried in eight arrangements; `compile` reports such a build).
+    for (int tile = tile_first, iter = 0; tile < tile_count; tile += tile_stride, ++iter) {
+      const WorkTile w = work_tile<Traits>(p, tile, m_blocks);
+      coord_tid = tid;
+      asm volatile("" : "+r"(coord_tid));
+      const int buf = iter % kQBuffers;
+      const int n = w.n_tiles;
+      wait_q(iter);
+      if (n > 0) {
+        my_turn();
+        issue_qk(kv, buf);
+        pass_turn();
+        warpgroup_wait<0>();
+        release(smem.k_empty, kv);
+        softmax(w, n - 1);
+        convert_p();
+        for (int t = 1; t < n; ++t) {
+          my_turn();
+          issue_qk(kv + t, buf);
+          issue_pv(kv + t - 1);
+          pass_turn();
+          warpgroup_wait<1>();  // S(t) is ready; P V(t-1) may still run
+          release(smem.k_empty, kv + t);
+          softmax(w, n - 1 - t);
+          warpgroup_wait<0>();  // P V(t-1) done: O and P may be touched again
+          warpgroup_fence_operand(acc_o);
+          release(smem.v_empty, kv + t - 1);
+          rescale_o();
+          convert_p();
+          // The previous tile's O store has long been read out of its Q buffer by now.
+          if (t == 1 && iter > 0) { free_q_buffer(iter - 1); }
+        }
+        my_turn();
+        issue_pv(kv + n - 1);
+        pass_turn();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        release(smem.v_empty, kv + n - 1);
+      }
+      if (n <= 1 && iter > 0) { free_q_buffer(iter - 1); }
+      kv += n;
+      store_o(w, iter);
+      reset_row_state();
     }
   }
-  if constexpr (Traits::kPersistent) {
-    if (tid == 0) { tma_store_wait<0>(); }  // sO must outlive the last store's reads
-  }
+  if (elected) { tma_store_wait<0>(); }  // shared memory must outlive the last store's reads
 }
 
 }  // namespace cute_autotune::sm90
@@ -454,6 +476,7 @@ __forceinline__ __device__ void fwd_tile(Sm90FwdParams const& params, char* smem
   extern "C" __constant__ cute_autotune::LaunchInfo cute_autotune_fwd_info =                  \
       TRAITS::launch_info();                                                                   \
   extern "C" __constant__ int cute_autotune_sm90_persistent = TRAITS::kPersistent ? 1 : 0;      \
+  extern "C" __constant__ int cute_autotune_sm90_o_box_rows = TRAITS::kStoreRowsO;             \
   extern "C" __global__ void __launch_bounds__(TRAITS::kNThreads, 1)                           \
       cute_autotune_fwd(const __grid_constant__ cute_autotune::sm90::Sm90FwdParams params) {   \
     extern __shared__ __align__(1024) char smem[];                                             \

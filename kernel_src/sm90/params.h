@@ -18,7 +18,7 @@ struct Sm90FwdParams {
   CUtensorMap tma_q;  // (D, Lq, Hq, B), box rows = block_m
   CUtensorMap tma_k;  // (D, Lk, Hkv, B), box rows = block_n
   CUtensorMap tma_v;  // (D, Lk, Hkv, B), box rows = block_n
-  CUtensorMap tma_o;  // (D, Lq, Hq, B), box rows = block_m; encoded for persistent kernels only
+  CUtensorMap tma_o;  // (D, Lq, Hq, B), box rows = the kernel's cute_autotune_sm90_o_box_rows
   FwdParams base;
 };
 

@@ -33,8 +33,8 @@ struct FwdTraits {
   static_assert(!kPingPong || (kIntraWGOverlap && kConsumerWGs >= 2),
                 "pingpong needs overlap and at least 2 consumer warpgroups");
   // One CTA per SM walks the work tiles (heaviest causal tiles first) instead of one CTA per
-  // tile: barrier setup once per SM, the next tile's Q and K/V load during this tile's
-  // epilogue. O then needs its own shared-memory tile, so Q can be refilled early.
+  // tile: barrier setup once per SM, the next tile's Q and K/V load during this tile. Q then
+  // takes two tiles of shared memory (each also its tile's O staging tile).
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kNThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
@@ -55,7 +55,13 @@ struct FwdTraits {
                                        GMMA::Layout_K_SW64_Atom<Element>>;
   using SmemAtomVt = std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_MN_SW128_Atom<Element>,
                                         GMMA::Layout_MN_SW64_Atom<Element>>;
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // Q tiles in flight: the persistent schedule double-buffers Q, and each buffer is also the
+  // O staging tile of its work tile's epilogue (a warpgroup writes O over its own Q rows once
+  // its last Q K^T is done), so the next tile's Q loads during this whole tile.
+  static constexpr int kQBuffers = kPersistent ? 2 : 1;
+  using SmemLayoutO = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(
+      SmemAtomK{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQBuffers>>{}));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V as the MN-major B operand of P V: (head_dim, block_n) coordinates over the same bytes a
@@ -75,6 +81,9 @@ struct FwdTraits {
       AtomLayoutMNK{}));
 
   static constexpr int kTileBytesQ = kBlockM * kHeadDim * int(sizeof(Element));
+  // Each consumer warpgroup stores its own rows of O (TMA boxes of 64 rows, one wgmma atom),
+  // so no warpgroup waits for another at the end of a work tile.
+  static constexpr int kStoreRowsO = 64;
   static constexpr int kTileBytesKV = kBlockN * kHeadDim * int(sizeof(Element));
 
   // Shared memory: tiles 1024-byte aligned (the 128-byte swizzle repeats every 8 rows of 128 B).
@@ -82,12 +91,8 @@ struct FwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;  // also O
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutVt>, 1024> v;
-    // The O tile of the epilogue: its own buffer in the persistent schedule, else the Q tile.
-    std::conditional_t<kPersistent, cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024>,
-                       char>
-        o;
-    alignas(8) uint64_t q_full;
-    alignas(8) uint64_t q_empty;
+    alignas(8) uint64_t q_full[kQBuffers];
+    alignas(8) uint64_t q_empty[kQBuffers];
     alignas(8) uint64_t k_full[kStages];
     alignas(8) uint64_t k_empty[kStages];
     alignas(8) uint64_t v_full[kStages];
