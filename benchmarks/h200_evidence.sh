@@ -26,6 +26,9 @@
 #                                              # and database, the tuned-dispatch bench of both
 #                                              # families (PREFIX=sm90_bench), the GPU tests and
 #                                              # the host overhead; one tarball back
+#   OLD_HASH=<hash> bash benchmarks/h200_evidence.sh v3  # a new sm90 kernel version: its
+#                                              # structural variants validated, timed against the
+#                                              # previous version beside SDPA, sanitizers
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -34,8 +37,21 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # Cubins packed by benchmarks/pack_cubins.py and carried in .c90pack/, into the kernel cache.
-unpack_cubins() { mkdir -p "$CUTE_AUTOTUNE_CACHE"
-  for p in .c90pack/*.tgz; do [ -e "$p" ] && tar xzf "$p" -C "$CUTE_AUTOTUNE_CACHE"; done; }
+# (Function variables are `local`: a loop variable named like a stage's once overwrote it.)
+unpack_cubins() { local pack; mkdir -p "$CUTE_AUTOTUNE_CACHE"
+  for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C "$CUTE_AUTOTUNE_CACHE"; done
+  return 0; }
+# PRECOMPILE="64" (head dims): while the GPUs work, the rest of these head dims' sm90 space is
+# compiled on idle cores (nice, PRE_JOBS of them) into /tmp/pre until PRE_UNTIL seconds after
+# $t0; precompile_pack then packs it into $OUT for the next call to carry.
+precompile_start() { local pack; [ -n "${PRECOMPILE:-}" ] || return 0; mkdir -p /tmp/pre
+  for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C /tmp/pre; done
+  (CUTE_AUTOTUNE_CACHE=/tmp/pre timeout $(( ${PRE_UNTIL:-500} - ($(date +%s) - t0) )) \
+     nice -n 10 python3 -m autotune.cli compile --family sm90 --head-dim $PRECOMPILE \
+     --causal both --jobs "${PRE_JOBS:-24}" --quiet > "$OUT/precompile.txt" 2>&1) & }
+precompile_pack() { [ -n "${PRECOMPILE:-}" ] || return 0; wait
+  python3 benchmarks/pack_cubins.py "$OUT/pre_d${PRECOMPILE// /_}.tgz" --cache /tmp/pre \
+    --family sm90 --head-dim $PRECOMPILE; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
 case "${1:?stage}" in
 tests64|tests128)
@@ -137,7 +153,8 @@ sm90piece)
   python3 -m autotune.cli compile --family sm90 --head-dim "$d" ${ALSO_CHECK:-} --causal both \
     --json "$p/compile_d$d.json" --quiet > "$p/compile_d$d.txt" 2>&1; tail -n 1 "$p/compile_d$d.txt"
   echo "compiled in $(( $(date +%s) - t0 )) s"
-  gpu=0
+  precompile_start
+  gpu=0; pids=
   for dt in fp16 bf16; do
     (export CUDA_VISIBLE_DEVICES=$gpu
      timeout 240 python3 -m autotune.cli check --family sm90 --head-dim "$d" --dtype $dt \
@@ -154,10 +171,11 @@ sm90piece)
        --db "sqlite:///$p/tune_d${d}_$dt.db" --json "$p/tune_d${d}_$dt.json" --quiet \
        > "$p/tune_d${d}_$dt.txt" 2>&1
      echo "$dt tune done at $(( $(date +%s) - t0 )) s") &
-    gpu=$((gpu + 1))
+    pids="$pids $!"; gpu=$((gpu + 1))
   done
-  wait
+  wait $pids
   tar czf "$OUT/sm90piece_d$d.tgz" -C /tmp "piece_d$d"
+  precompile_pack
   for dt in fp16 bf16; do tail -n 22 "$p/tune_d${d}_$dt.txt"; done
   ;;
 final)
@@ -179,6 +197,87 @@ final)
     --json "$f/host_overhead_sm90_h200.json" > "$f/host_overhead_sm90_h200.txt" 2>&1; pack overhead
   tail -n 4 "$f/host_overhead_sm90_h200.txt"; tail -n 16 "$f/demo_h200.txt"
   for set in llm_prefill untuned_probe; do tail -n 70 "$f/sm90_bench_${set}_h200.txt"; done
+  ;;
+v3)
+  # A new sm90 kernel version before the whole space is re-validated: its structural variants
+  # (sm90_variants.json, and sm90_v3_extra.json for head dims 32/256 and one-warpgroup tiles)
+  # through the validator; the shipped best config of every llm-prefill problem timed in the
+  # previous version (cubins carried in .c90pack/sm90_winners.tgz, OLD_HASH its source hash)
+  # and in this one, beside SDPA (benchmarks/version_probe.py); racecheck and synccheck per
+  # structural variant while time is left. Cubins of this version: .cubins90v3 (carried), the
+  # rest compiled here on all cores.
+  v=/tmp/v3; mkdir -p "$v"; t0=$(date +%s)
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90v3
+  variants=benchmarks/configs/sm90_variants.json; extra=benchmarks/configs/sm90_v3_extra.json
+  python3 -c "import json; print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']]))" > /tmp/winners.json
+  python3 -m autotune.cli compile --family sm90 --config @$variants --config @$extra \
+    --config @/tmp/winners.json --json "$v/v3_compile.json" --quiet > "$v/v3_compile.txt" 2>&1
+  echo "compiled at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$v/v3_compile.txt")"
+  # PRECOMPILE="128 256": meanwhile, the whole space of these head dims compiled on the idle
+  # cores (a 2-GPU host has 32) into /tmp/pre, packed into $OUT for the next calls to carry.
+  precompile_start
+  timeout 200 python3 -m autotune.cli check --config @$variants --config @$extra \
+    --json "$v/sm90_v3_check_h200.json" --quiet > "$v/sm90_v3_check_h200.txt" 2>&1
+  echo "checked at $(( $(date +%s) - t0 )) s"; tail -n 3 "$v/sm90_v3_check_h200.txt"
+  mkdir -p /tmp/c90v2; tar xzf .c90pack/sm90_winners.tgz -C /tmp/c90v2
+  timeout "${PROBE_S:-240}" python3 benchmarks/version_probe.py --old-cache /tmp/c90v2 \
+    --old-hash "${OLD_HASH:?}" --stop-after $(( ${PROBE_S:-240} - 30 )) \
+    --json "$v/v3_vs_v2_h200.json" > "$v/v3_vs_v2_h200.txt" 2>&1
+  echo "probed at $(( $(date +%s) - t0 )) s"
+  tar czf "$OUT/v3.tgz" -C /tmp v3
+  for cfg in $(python3 -c "
+import json
+# the six switch combinations of the 128x128 D=128 tile, then the extra shapes (D=256, D=32,
+# one warpgroup owning two 64-row atoms), fp16 causal
+pick = [x for x in json.load(open('$variants')) if x['head_dim'] == 128 and x['dtype'] == 'fp16'
+        and x['causal'] and x['block_m'] == 128 and x['block_n'] == 128 and x['kv_stages'] == 2]
+pick += [x for x in json.load(open('$extra')) if x['dtype'] == 'fp16' and x['causal']]
+print(' '.join(json.dumps(x, separators=(',', ':')) for x in pick))"); do
+    [ $(( $(date +%s) - t0 )) -gt "${SANITIZE_UNTIL:-520}" ] && break
+    for tool in racecheck synccheck; do
+      echo "== $tool $cfg"
+      timeout 40 compute-sanitizer --tool $tool python3 benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7
+    done
+  done > "$v/sm90_v3_sanitizers_h200.txt" 2>&1
+  tar czf "$OUT/v3.tgz" -C /tmp v3
+  precompile_pack
+  grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY" "$v/sm90_v3_sanitizers_h200.txt" | tail -n 40
+  tail -n 70 "$v/v3_vs_v2_h200.txt"
+  ;;
+v3final)
+  # Kernel v3 dispatching the configs the v2 tuning chose (.tuning/h200.db carried: session 3's
+  # merged database; the configs are rebuilt at v3). GPU 0: the tuned-dispatch bench over
+  # llm-prefill, the GPU tests, untuned-probe while time is left. GPU 1: the validator over
+  # every valid D=128 and D=256 config, then the D=64 configs prebuilt in .c90pack/check64.json.
+  # Everything packs into $OUT/v3final.tgz after each step.
+  f=/tmp/v3final; mkdir -p "$f"; t0=$(date +%s); db="sqlite:///$PWD/.tuning/h200.db"
+  export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; unpack_cubins
+  pack() { echo "$1 at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/v3final.tgz" -C /tmp v3final; }
+  python3 -c "import json; print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']]))" > /tmp/winners.json
+  python3 -m autotune.cli compile --family sm90 --config @/tmp/winners.json --quiet \
+    > "$f/compile_winners.txt" 2>&1; tail -n 1 "$f/compile_winners.txt"; pack "winners compiled"
+  (export CUDA_VISIBLE_DEVICES=1
+   timeout $(( ${UNTIL:-430} - ($(date +%s) - t0) )) python3 -m autotune.cli check --family sm90 \
+     --head-dim 128 256 --causal both --jobs 20 --json "$f/sm90_v3_check_d128_d256.json" --quiet \
+     > "$f/sm90_v3_check_d128_d256.txt" 2>&1; pack "check d128/d256"
+   timeout $(( ${UNTIL:-430} - ($(date +%s) - t0) )) python3 -m autotune.cli check \
+     --config @.c90pack/check64.json --json "$f/sm90_v3_check_d64_part.json" --quiet \
+     > "$f/sm90_v3_check_d64_part.txt" 2>&1; pack "check d64 part") &
+  export CUDA_VISIBLE_DEVICES=0
+  stem=sm90_bench_llm_prefill_h200
+  timeout 260 python3 -m autotune.cli bench --shapes llm-prefill --db "$db" --json "$f/$stem.json" \
+    --plot "$f/$stem.png" > "$f/$stem.txt" 2>&1; pack bench
+  timeout 110 python3 -m pytest tests/gpu -v -rA -k "not every_valid" > "$f/pytest_gpu_session4.txt" 2>&1
+  tail -n 1 "$f/pytest_gpu_session4.txt"; pack pytest
+  left=$(( ${UNTIL:-430} - ($(date +%s) - t0) ))
+  if [ "$left" -gt 60 ]; then
+    stem=sm90_bench_untuned_probe_h200
+    timeout "$left" python3 -m autotune.cli bench --shapes untuned-probe --db "$db" \
+      --json "$f/$stem.json" --plot "$f/$stem.png" > "$f/$stem.txt" 2>&1; pack untuned-probe
+  fi
+  wait; pack all
+  for x in "$f"/sm90_v3_check_*.txt; do echo "$x: $(tail -n 1 "$x")"; done
+  tail -n 75 "$f/sm90_bench_llm_prefill_h200.txt"
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

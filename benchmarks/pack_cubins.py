@@ -4,8 +4,9 @@ kernel cache (cubins compress about 3.7x, and a device call carries at most 64 M
     python benchmarks/pack_cubins.py --cache .cubins --db sqlite:///.tuning/h200.db out.tgz
         # the cubins of every best config in a tuning database (e.g. the sm80 bests that
         # defend their place while sm90 is tuned)
-    python benchmarks/pack_cubins.py --cache .cubins90 --family sm90 out.tgz
-        # every cached cubin of a family, built with the current sources and toolchain
+    python benchmarks/pack_cubins.py --cache .cubins90 --family sm90 [--head-dim 64] out.tgz
+        # every cached cubin of a family (of some head dims), built with the current sources
+        # and toolchain
     python benchmarks/pack_cubins.py --cache .cubins --configs configs.json out.tgz
         # the cubins of a JSON list of configs
 
@@ -40,9 +41,10 @@ def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int
     return sorted(set(found)), missing
 
 
-def family_dirs(cache: ArtifactCache, family: str, arch: int) -> list[Path]:
+def family_dirs(cache: ArtifactCache, family: str, arch: int,
+                head_dims: list[int] | None = None) -> list[Path]:
     """Entries of the family that the current sources and toolchain would build (the key of
-    an older build no longer matches, so it stays behind)."""
+    an older build no longer matches, so it stays behind), optionally of some head dims."""
     target = target_for_arch(arch)
     dirs = []
     for directory in sorted((cache.root / family).glob("*")):
@@ -50,6 +52,8 @@ def family_dirs(cache: ArtifactCache, family: str, arch: int) -> list[Path]:
             config = Config.from_json(json.dumps(
                 json.loads((directory / "build.json").read_text())["config"]))
         except (OSError, ValueError, KeyError):
+            continue
+        if head_dims and config["head_dim"] not in head_dims:
             continue
         build = lookup(config, target, cache)
         if build is not None and build.cubin is not None and build.cubin.parent == directory:
@@ -65,6 +69,8 @@ def main() -> int:
     ap.add_argument("--family", help="pack every current cubin of this family")
     ap.add_argument("--configs", type=Path,
                     help="pack the cubins of the configs in this JSON list")
+    ap.add_argument("--head-dim", type=int, nargs="+",
+                    help="with --family: only these head dims")
     ap.add_argument("--arch", type=int, default=90, help="compute capability of the GPU host")
     args = ap.parse_args()
     cache = ArtifactCache(args.cache)
@@ -78,7 +84,7 @@ def main() -> int:
         configs = [Config.from_json(json.dumps(c)) for c in json.loads(args.configs.read_text())]
         dirs, missing = config_dirs(cache, configs, args.arch)
     else:
-        dirs = family_dirs(cache, args.family, args.arch)
+        dirs = family_dirs(cache, args.family, args.arch, args.head_dim)
     with tarfile.open(args.out, "w:gz") as tar:
         for directory in dirs:
             tar.add(directory, arcname=str(directory.relative_to(args.cache)))
