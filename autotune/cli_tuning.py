@@ -119,12 +119,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 skipped.append(problem)
                 continue
             # A family searched by an earlier piece is not searched again: its best config
-            # defends its place in the re-timing of the families still to search.
+            # defends its place in the re-timing of the families still to search. A family
+            # whose kernel changed since (another build key) is searched again.
             todo = families
             if store is not None:
                 device = backend.device()
                 todo = [f for f in families if not store.family_tuned(
-                    device, problem, study_name(device, f, problem))]
+                    device, problem, study_name(device, f, problem),
+                    current_key=backend.build_key)]
                 if not todo:
                     continue
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")

@@ -17,7 +17,7 @@ from autotune.cli import main
 from autotune.config import Config
 from autotune.dispatch import Dispatcher
 from autotune.problem import Problem
-from autotune.search import SearchSettings, families_to_search, tune_problem
+from autotune.search import SearchSettings, families_to_search, study_name, tune_problem
 from autotune.space import load_space
 from autotune.store.repo import TuningStore
 from autotune.target import target_for_arch
@@ -301,6 +301,14 @@ def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
     assert len(first) == 2  # the D=64 problems of the set were left out (not recorded either)
     assert study_families(db) == {"sm80"}
     assert tuned("sm80", "again.json") == []  # nothing left for sm80
+    # ... unless the kernel changed: a build key other than the searched trials' means the
+    # stored timings are of another kernel, and --skip-tuned searches the family again.
+    store = TuningStore(db)
+    device = store.best(None, full).device  # type: ignore[union-attr]
+    study = study_name(device, "sm80", full)
+    assert store.family_tuned(device, full, study, current_key=lambda c: f"replay-{c.digest}")
+    assert not store.family_tuned(device, full, study, current_key=lambda c: "kernel-v2")
+    assert store.family_tuned(device, full, study)  # no key given: the old answer
     def sm80_searches() -> int:
         return len([t for t in TuningStore(db).trials() if t["config"]["family"] == "sm80"
                     and t["phase"] == "search"])

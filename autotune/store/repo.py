@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -286,10 +286,15 @@ class TuningStore:
                     return self._record(row)
             return None
 
-    def family_tuned(self, device: DeviceInfo, problem: Problem, study: str) -> bool:
+    def family_tuned(self, device: DeviceInfo, problem: Problem, study: str,
+                     current_key: Callable[[Config], str] | None = None) -> bool:
         """Whether the study searched this problem and the best config was decided after its
         last search measurement (a session killed inside the study, or between its search and
-        the re-timing, has not tuned it). An imported best config has no study here: False."""
+        the re-timing, has not tuned it). An imported best config has no study here: False.
+
+        With `current_key` (the backend's build key of a config): also False when the study's
+        last built search trial ran a build other than the one the current kernel sources,
+        toolchain and flags make, so a kernel update is searched again rather than trusted."""
         with self._transaction() as s:
             best = next((row for row in self._best_rows(s, device)
                          if _problem_of(row.problem) == problem), None)
@@ -301,7 +306,16 @@ class TuningStore:
             last_any = s.scalar(mine)
             last_search = s.scalar(mine.where(Measurement.phase == "search"))
             searched = last_any is not None
-            return searched and (last_search is None or best.measurement_id > last_search)
+            if not (searched and (last_search is None or best.measurement_id > last_search)):
+                return False
+            if current_key is not None:
+                built = s.scalar(mine.where(Measurement.phase == "search",
+                                            Measurement.build_id.is_not(None)))
+                trial = s.get(Measurement, built) if built is not None else None
+                if trial is not None and trial.build is not None and (
+                        trial.build.artifact_key != current_key(_config_of(trial.config))):
+                    return False
+            return True
 
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
                 family: str | None = None) -> tuple[BestRecord, float] | None:
