@@ -1,6 +1,7 @@
 """What the dispatched kernels are made of, from their SASS: the tensor-core instructions
 (HGMMA on Hopper's wgmma path, HMMA on mma.sync), local-memory traffic (LDL/STL: spills or a
-stack frame), TMA copies (UTMALDG/UTMASTG) and register reallocation (USETMAXREG).
+stack frame), TMA copies (UTMALDG/UTMASTG), register reallocation (USETMAXREG), and the wgmma
+waits (WARPGROUP.DEPBAR): as many waits as HGMMAs means ptxas serialised them.
 
     python benchmarks/sass_check.py --bench benchmarks/results/sm90_bench_h200.json \
         --cache sm90=.cubins90 --cache sm80=.cubins --json out.json
@@ -42,10 +43,15 @@ def cuobjdump() -> str:
     return found
 
 
+WGMMA_WAIT = re.compile(r"\bWARPGROUP\.DEPBAR\b")
+
+
 def opcode_counts(cubin: Path, tool: str) -> Counter[str]:
     sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True,
                           text=True).stdout
-    return Counter(m.group(1) for m in OPCODE.finditer(sass))
+    counts = Counter(m.group(1) for m in OPCODE.finditer(sass))
+    counts["WGWAIT"] = len(WGMMA_WAIT.findall(sass))
+    return counts
 
 
 def main() -> int:
@@ -82,19 +88,22 @@ def main() -> int:
             else:
                 counts = opcode_counts(build.cubin, tool)
                 entry.update({k: counts.get(k, 0) for k in WATCHED})
+                entry["WGWAIT"] = counts["WGWAIT"]
+                entry["serialized"] = bool(counts["HGMMA"]) and counts["WGWAIT"] >= counts["HGMMA"]
                 entry.update(registers=build.ptxas.registers,
                              spill_bytes=build.ptxas.spill_store_bytes
                              + build.ptxas.spill_load_bytes,
                              stack_frame_bytes=build.ptxas.stack_frame_bytes)
             seen[config.digest] = entry
         rows.append({"shape": bench_row["shape"], **seen[config.digest]})
-    header = ["shape", "config", *WATCHED, "registers", "spill_bytes"]
+    header = ["shape", "config", *WATCHED, "WGWAIT", "serialized", "registers", "spill_bytes"]
     print("  ".join(header))
     for r in rows:
         print("  ".join(str(r.get(h, r.get("missing", ""))) for h in header))
     local = [r for r in rows if r.get("LDL") or r.get("STL")]
     print(f"\n{len(rows)} shapes, {len(seen)} kernels; local memory in "
-          f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}")
+          f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}, "
+          f"serialised in {sum(bool(r.get('serialized')) for r in rows)}")
     if args.json:
         args.json.write_text(json.dumps({"source": str(args.bench or args.db), "rows": rows},
                                         indent=1))
