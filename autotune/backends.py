@@ -15,15 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .cache import artifact_key
-from .compiler import NVCC_FLAGS, OK, BuildResult, compile_many
+from .compiler import OK, BuildResult, compile_many
+from .compiler import build_key as current_build_key
 from .config import Config
 from .problem import Problem
 from .ptxas import PtxasReport
-from .space import load_space, supported_families
+from .space import supported_families
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .target import Target, target_for_arch
-from .toolchain import toolchain
 
 
 class Backend(Protocol):
@@ -108,9 +107,7 @@ class GpuBackend:
         return compile_many(configs, self.target(), jobs=self._jobs)
 
     def build_key(self, config: Config) -> str:
-        space = load_space(config.family)
-        return artifact_key(config, space.gencode_for(self.target()), space.source_hash(),
-                            toolchain(), NVCC_FLAGS)
+        return current_build_key(config, self.target())
 
     def _payload(self, problem: Problem, **extra: Any) -> dict[str, Any]:
         return {"problem": problem.as_dict(), "target": vars(self.target()), **extra}

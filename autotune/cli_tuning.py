@@ -208,7 +208,26 @@ def _record_row(r: BestRecord) -> list[Any]:
     return [r.device.name, r.problem.describe(), r.config.family,
             load_space(r.config.family).name_of(r.config),
             _fmt(r.tflops), _fmt(r.speedup_vs_default, ".2f", "x"),
-            _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source]
+            _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source, _timed_kernel(r)]
+
+
+def _timed_kernel(r: BestRecord) -> str:
+    """Whether the stored timing is of the kernel a dispatch builds today: "current", "older"
+    (the kernel sources, toolchain or flags changed since: re-tune with --skip-tuned), or "?"
+    (imported rows carry no build; no toolchain here to tell)."""
+    from .compiler import build_key
+    from .target import target_for_arch
+    from .toolchain import ToolchainError
+
+    if not r.build_key:
+        return "?"
+    if r.build_key.startswith("replay-"):
+        return "recorded"
+    try:
+        current = build_key(r.config, target_for_arch(r.device.compute_capability))
+    except (ToolchainError, ValueError):
+        return "?"
+    return "current" if current == r.build_key else "older"
 
 
 def _record_json(r: BestRecord) -> dict[str, Any]:
@@ -217,7 +236,8 @@ def _record_json(r: BestRecord) -> dict[str, Any]:
             "tflops": r.tflops,
             "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
             "speedup_vs_default": r.speedup_vs_default, "speedup_vs_flash": r.speedup_vs_flash,
-            "trials": r.trials, "source": r.source, "study": r.study}
+            "trials": r.trials, "source": r.source, "study": r.study,
+            "timed_kernel": _timed_kernel(r)}
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -254,7 +274,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     store = TuningStore(args.db)
     records = store.list_best(args.device)
     print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",
-                        "vs FLASH", "trials", "source"], [_record_row(r) for r in records]))
+                        "vs FLASH", "trials", "source", "timed kernel"],
+                       [_record_row(r) for r in records]))
     broken = store.broken_rows()
     for reason in broken:
         print(f"refused a stored row: {reason}", file=sys.stderr)

@@ -113,14 +113,21 @@ def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEnt
     )
 
 
+def build_key(config: Config, target: Target) -> str:
+    """The artifact key a build of `config` for `target` gets from the current kernel sources,
+    toolchain and flags (what the cache and the tuning database know a build by)."""
+    space = load_space(config.family)
+    return artifact_key(config, space.gencode_for(target), space.source_hash(), toolchain(),
+                        NVCC_FLAGS)
+
+
 def lookup(config: Config, target: Target,
            cache: ArtifactCache | None = None) -> BuildResult | None:
     """The cached build of a valid config, or None. Runs no subprocess."""
     space = load_space(config.family)
     if space.violations(config, target):
         return None
-    tools = toolchain()
-    key = artifact_key(config, space.gencode_for(target), space.source_hash(), tools, NVCC_FLAGS)
+    key = build_key(config, target)
     entry = (cache or ArtifactCache()).get(config.family, key)
     return _result_from_entry(config, target, key, entry, cached=True) if entry else None
 

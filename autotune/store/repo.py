@@ -276,7 +276,10 @@ class TuningStore:
             config=_config_of(row.config, problem), median_us=row.median_us, tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
-            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "")
+            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
+            build_key=(row.measurement.build.artifact_key
+                       if row.measurement is not None and row.measurement.build is not None
+                       else ""))
 
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""

@@ -212,3 +212,37 @@ def test_nearest_of_one_family(store: TuningStore) -> None:
     near = store.nearest(H200, asked, family="sm90")
     assert near is not None and near[0].config == config and near[0].problem == far
     assert store.nearest(H200, asked, family="sm70") is None
+
+
+def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`list` compares the build each best was timed with to the build the current sources,
+    toolchain and flags make: a kernel update shows as "older" (needs nvcc's version and the
+    CUTLASS headers, as the compile-only tests do; nothing is compiled)."""
+    from autotune.cli import main
+    from autotune.compiler import BuildResult, build_key
+
+    db = f"sqlite:///{tmp_path}/k.db"
+    store = TuningStore(db)
+    config = cfg()
+    today = build_key(config, target_for_arch(90))
+    assert len(today) == 32
+    rows = {}
+    for batch, key in ((1, today), (2, "0" * 32), (3, None)):
+        problem = Problem(batch, 16, 16, 2048, 2048, 128, "fp16", False)
+        result = TrialResult(config, "ok", median_us=100.0 * batch, p20_us=1.0, p80_us=1.0,
+                             rounds=5)
+        mid = None
+        if key is not None:
+            mid = store.record_trial(H200, problem, result, build=BuildResult(
+                config, "sm_90", "ok", key=key), study="s", phase="rerank", baseline_us=1.0)
+        store.set_best(H200, problem, result, measurement_id=mid, study="s", trials=1,
+                       sdpa_default_us=None, sdpa_flash_us=None,
+                       source="tuned" if key else "imported")
+        rows[problem.describe()] = {today: "current", None: "?"}.get(key, "older")
+    assert main(["list", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "timed kernel" in out
+    for shape, state in rows.items():
+        line = next(x for x in out.splitlines() if shape + " " in x)
+        assert line.rstrip().endswith(state), line
