@@ -160,7 +160,6 @@ struct Plan {
   CUfunction function = nullptr;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
-  bool persistent = false;
   int o_box_rows = 0;  // sm90: rows of the TMA box O is stored with
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
@@ -324,7 +323,6 @@ class Kernel {
       plan.grid[0] = unsigned(std::min<uint64_t>(tiles, resident_ctas_));
       plan.grid[1] = 1;
       plan.grid[2] = 1;
-      plan.persistent = true;
     }
     plan.function = function_;
     plan.ctx = ctx_;
