@@ -24,6 +24,9 @@ from .space import supported_families
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .target import Target, target_for_arch
 
+# Build keys of the replay backend: a recorded measurement, not a build of this machine.
+REPLAY_KEY_PREFIX = "replay-"
+
 
 class Backend(Protocol):
     def device(self) -> DeviceInfo: ...
@@ -252,7 +255,7 @@ class ReplayBackend:
         return results
 
     def build_key(self, config: Config) -> str:
-        return f"replay-{config.digest}"
+        return f"{REPLAY_KEY_PREFIX}{config.digest}"
 
     def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
         if problem not in self._sdpa:

@@ -208,26 +208,28 @@ def _record_row(r: BestRecord) -> list[Any]:
     return [r.device.name, r.problem.describe(), r.config.family,
             load_space(r.config.family).name_of(r.config),
             _fmt(r.tflops), _fmt(r.speedup_vs_default, ".2f", "x"),
-            _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source, _timed_kernel(r)]
+            _fmt(r.speedup_vs_flash, ".2f", "x"), r.trials, r.source]
 
 
-def _timed_kernel(r: BestRecord) -> str:
-    """Whether the stored timing is of the kernel a dispatch builds today: "current", "older"
-    (the kernel sources, toolchain or flags changed since: re-tune with --skip-tuned), or "?"
+def _timed_kernel(r: BestRecord, timed_key: str | None) -> str:
+    """Whether the stored timing (of the build `timed_key`, TuningStore.timed_build_keys) is of
+    the kernel a dispatch builds today: "current", "older" (the kernel sources, toolchain or
+    flags changed since: re-tune with --skip-tuned), "recorded" (a replayed recording), or "?"
     (imported rows carry no build; no toolchain here to tell)."""
+    from .backends import REPLAY_KEY_PREFIX
     from .compiler import build_key
     from .target import target_for_arch
     from .toolchain import ToolchainError
 
-    if not r.build_key:
+    if not timed_key:
         return "?"
-    if r.build_key.startswith("replay-"):
+    if timed_key.startswith(REPLAY_KEY_PREFIX):
         return "recorded"
     try:
         current = build_key(r.config, target_for_arch(r.device.compute_capability))
     except (ToolchainError, ValueError):
         return "?"
-    return "current" if current == r.build_key else "older"
+    return "current" if current == timed_key else "older"
 
 
 def _record_json(r: BestRecord) -> dict[str, Any]:
@@ -236,8 +238,7 @@ def _record_json(r: BestRecord) -> dict[str, Any]:
             "tflops": r.tflops,
             "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
             "speedup_vs_default": r.speedup_vs_default, "speedup_vs_flash": r.speedup_vs_flash,
-            "trials": r.trials, "source": r.source, "study": r.study,
-            "timed_kernel": _timed_kernel(r)}
+            "trials": r.trials, "source": r.source, "study": r.study}
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -264,18 +265,21 @@ def cmd_best(args: argparse.Namespace) -> int:
           f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
           f"{r.trials} trials, {r.source}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"match": answer.match,
-                                               "distance": answer.distance,
-                                               **_record_json(r)}, indent=1))
+        timed = TuningStore(args.db).timed_build_keys(r.device.name)
+        Path(args.json).write_text(json.dumps({
+            "match": answer.match, "distance": answer.distance, **_record_json(r),
+            "timed_kernel": _timed_kernel(r, timed.get((r.device.name, r.problem)))}, indent=1))
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     store = TuningStore(args.db)
     records = store.list_best(args.device)
+    timed = store.timed_build_keys(args.device)
     print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",
                         "vs FLASH", "trials", "source", "timed kernel"],
-                       [_record_row(r) for r in records]))
+                       [[*_record_row(r), _timed_kernel(r, timed.get((r.device.name, r.problem)))]
+                        for r in records]))
     broken = store.broken_rows()
     for reason in broken:
         print(f"refused a stored row: {reason}", file=sys.stderr)

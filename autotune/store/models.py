@@ -173,4 +173,3 @@ class BestConfig(Base):
     device: Mapped[Device] = relationship()
     problem: Mapped[ProblemRow] = relationship()
     config: Mapped[KernelConfig] = relationship()
-    measurement: Mapped[Measurement | None] = relationship()

@@ -77,10 +77,6 @@ class BestRecord:
     source: str = "tuned"
     updated_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    # The artifact key of the build the best was timed with ("" when unknown: imported, or
-    # stored before builds were recorded): compared with the current key, it tells whether
-    # the timing is of the kernel a dispatch would build today.
-    build_key: str = field(default="", compare=False)
 
     @property
     def speedup_vs_default(self) -> float | None:

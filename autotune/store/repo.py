@@ -276,10 +276,7 @@ class TuningStore:
             config=_config_of(row.config, problem), median_us=row.median_us, tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
-            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
-            build_key=(row.measurement.build.artifact_key
-                       if row.measurement is not None and row.measurement.build is not None
-                       else ""))
+            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "")
 
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""
@@ -288,6 +285,19 @@ class TuningStore:
                 if _problem_of(row.problem) == problem:
                     return self._record(row)
             return None
+
+    def timed_build_keys(self, device: DeviceInfo | str | None = None
+                         ) -> dict[tuple[str, Problem], str]:
+        """(device name, problem) -> artifact key of the build each best was timed with; rows
+        without one (imported, or timed before builds were recorded) are left out. Kept apart
+        from the records, which dispatch reads: it costs two more queries."""
+        with self._transaction() as s:
+            query = (select(BestConfig.id, Build.artifact_key).select_from(BestConfig)
+                     .join(Measurement, Measurement.id == BestConfig.measurement_id)
+                     .join(Build, Build.id == Measurement.build_id))
+            timed = {best_id: key for best_id, key in s.execute(query)}
+            return {(row.device.name, _problem_of(row.problem)): timed[row.id]
+                    for row in self._best_rows(s, device) if timed.get(row.id)}
 
     def family_tuned(self, device: DeviceInfo, problem: Problem, study: str,
                      current_key: Callable[[Config], str] | None = None) -> bool:
