@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from autotune.cache import artifact_key
 from autotune.compiler import NVCC_FLAGS, compile_config
@@ -32,6 +31,8 @@ from autotune.config import Config
 from autotune.gpu_tasks import problem_inputs
 from autotune.kernel import CompiledKernel
 from autotune.problem import Problem
+from autotune.reference import reference_attention
+from autotune.sdpa import sdpa_call
 from autotune.space import load_space
 from autotune.target import Target, default_target
 from autotune.timing import measure
@@ -49,31 +50,25 @@ def old_kernel(config: Config, cache: Path, old_hash: str, target: Target) -> Co
     return CompiledKernel(dataclasses.replace(build, cubin=cubin))
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    ratio = q.shape[1] // k.shape[1]
-    if ratio > 1:
-        k, v = k.repeat_interleave(ratio, 1), v.repeat_interleave(ratio, 1)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
 def probe(problem: Problem, config: Config, args: argparse.Namespace, target: Target
           ) -> dict[str, Any]:
     new = CompiledKernel(compile_config(config, target))
     old = old_kernel(config, args.old_cache, args.old_hash, target)
     sets = problem_inputs(problem)
     q, k, v, _ = sets[0]
-    ref = sdpa(q.float(), k.float(), v.float(), problem.causal) if problem.seqlen_q <= 4096 \
-        else sdpa(q, k, v, problem.causal).float()
+    ref, _ = reference_attention(q, k, v, causal=problem.causal,
+                                 scale=1.0 / math.sqrt(problem.head_dim))
     errors = {}
     for name, kernel in (("old", old), ("new", new)):
         out = torch.full_like(q, float("nan"))
         kernel(q, k, v, out=out)
         torch.cuda.synchronize()
         errors[name] = float((out.float() - ref).abs().max())
+    sdpa = [sdpa_call("default", *s[:3], causal=problem.causal) for s in sets]
     candidates = {
         "old": lambda i: old(*sets[i][:3], out=sets[i][3]),
         "new": lambda i: new(*sets[i][:3], out=sets[i][3]),
-        "sdpa": lambda i: sdpa(sets[i][0], sets[i][1], sets[i][2], problem.causal),
+        "sdpa": lambda i: sdpa[i](),
     }
     timings = measure(candidates, n_sets=len(sets), rounds=args.rounds)
     flops = problem.flops
