@@ -41,6 +41,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 unpack_cubins() { local pack; mkdir -p "$CUTE_AUTOTUNE_CACHE"
   for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C "$CUTE_AUTOTUNE_CACHE"; done
   return 0; }
+# The configs of the shipped H200 results (db/h200.json), as a JSON list for --config @file.
+shipped_configs() { python3 -c "import json
+print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']]))"; }
 # PRECOMPILE="64" (head dims): while the GPUs work, the rest of these head dims' sm90 space is
 # compiled on idle cores (nice, PRE_JOBS of them) into /tmp/pre until PRE_UNTIL seconds after
 # $t0; precompile_pack then packs it into $OUT for the next call to carry.
@@ -209,7 +212,7 @@ v3)
   v=/tmp/v3; mkdir -p "$v"; t0=$(date +%s)
   export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90v3
   variants=benchmarks/configs/sm90_variants.json; extra=benchmarks/configs/sm90_v3_extra.json
-  python3 -c "import json; print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']]))" > /tmp/winners.json
+  shipped_configs > /tmp/winners.json
   python3 -m autotune.cli compile --family sm90 --config @$variants --config @$extra \
     --config @/tmp/winners.json --json "$v/v3_compile.json" --quiet > "$v/v3_compile.txt" 2>&1
   echo "compiled at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$v/v3_compile.txt")"
@@ -253,7 +256,7 @@ v3final)
   f=/tmp/v3final; mkdir -p "$f"; t0=$(date +%s); db="sqlite:///$PWD/.tuning/h200.db"
   export CUTE_AUTOTUNE_CACHE=$PWD/.cubins90; unpack_cubins
   pack() { echo "$1 at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/v3final.tgz" -C /tmp v3final; }
-  python3 -c "import json; print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']]))" > /tmp/winners.json
+  shipped_configs > /tmp/winners.json
   python3 -m autotune.cli compile --family sm90 --config @/tmp/winners.json --quiet \
     > "$f/compile_winners.txt" 2>&1; tail -n 1 "$f/compile_winners.txt"; pack "winners compiled"
   (export CUDA_VISIBLE_DEVICES=1
