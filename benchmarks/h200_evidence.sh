@@ -194,8 +194,8 @@ final)
   # README command 1's job with an empty tuning database (the kernel cache is the carried one)
   CUTE_AUTOTUNE_DB=sqlite:////tmp/demo.db timeout 150 python3 -m autotune.cli demo \
     > "$f/demo_h200.txt" 2>&1; echo "demo rc $?"; pack demo
-  timeout 150 python3 -m pytest tests/gpu -v -rA -k "not every_valid" > "$f/pytest_gpu_session3.txt" 2>&1
-  tail -n 1 "$f/pytest_gpu_session3.txt"; pack pytest
+  timeout 150 python3 -m pytest tests/gpu -v -rA -k "not every_valid" > "$f/pytest_gpu.txt" 2>&1
+  tail -n 1 "$f/pytest_gpu.txt"; pack pytest
   CUTE_AUTOTUNE_DB="$db" timeout 60 python3 benchmarks/host_overhead.py \
     --json "$f/host_overhead_sm90_h200.json" > "$f/host_overhead_sm90_h200.txt" 2>&1; pack overhead
   tail -n 4 "$f/host_overhead_sm90_h200.txt"; tail -n 16 "$f/demo_h200.txt"
