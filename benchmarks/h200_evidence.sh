@@ -22,6 +22,10 @@
 #                                              # and masks) through the validator, then its
 #                                              # llm-prefill problems tuned with --family sm90,
 #                                              # one dtype per GPU (carry .whl .tuning .c90pack)
+#   bash benchmarks/h200_evidence.sh testspower  # the GPU tests (every cubin they need carried
+#                                              # in .c90pack) and the power-steady probe of
+#                                              # the D=128 fp16 non-causal shapes (ours and SDPA
+#                                              # alone and interleaved, clock and power sampled)
 #   bash benchmarks/h200_evidence.sh final     # README command 1's main job with an empty cache
 #                                              # and database, the tuned-dispatch bench of both
 #                                              # families (PREFIX=sm90_bench), the GPU tests and
@@ -180,6 +184,15 @@ sm90piece)
   tar czf "$OUT/sm90piece_d$d.tgz" -C /tmp "piece_d$d"
   precompile_pack
   for dt in fp16 bf16; do tail -n 22 "$p/tune_d${d}_$dt.txt"; done
+  ;;
+testspower)
+  f=/tmp/testspower; mkdir -p "$f"; unpack_cubins
+  timeout 240 python3 -m pytest tests/gpu -v -rA -k "not every_valid" > "$f/pytest_gpu.txt" 2>&1
+  tail -n 1 "$f/pytest_gpu.txt"; tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  timeout 200 python3 benchmarks/interleave_probe.py --db "sqlite:///$PWD/.tuning/h200.db" \
+    --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
+    --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
+  tar czf "$OUT/testspower.tgz" -C /tmp testspower
   ;;
 final)
   # Each step packs what is done so far into $OUT/final.tgz, so a timeout loses only the rest.

@@ -5,6 +5,10 @@ sampled by nvidia-smi during each mode (its samples are coarse: power.draw is a 
 average, so a mode shorter than a second reads partly idle).
 
     python benchmarks/interleave_probe.py --db sqlite:///.tuning/h200.db --json out.json
+
+With `--settle-s S` each mode first runs its calls untimed for S seconds, so the timed rounds
+(and the clock and power samples) see the GPU power-steady, as a long-running workload does;
+`--problem B,Hq,Hkv,L,D,dtype,causal` (repeatable) replaces the default problems.
 """
 
 from __future__ import annotations
@@ -63,10 +67,33 @@ def calls(problem: Problem, kernel: CompiledKernel, sets: list[tuple[Any, ...]]
     }
 
 
+def parse_problem(text: str) -> Problem:
+    b, hq, hkv, length, d, dtype, causal = text.split(",")
+    return Problem(int(b), int(hq), int(hkv), int(length), int(length), int(d), dtype,
+                   causal == "true")
+
+
+def settle(candidates: dict[str, Callable[[int], Any]], n_sets: int, seconds: float) -> None:
+    """Run the candidates untimed, round-robin, until `seconds` of wall time have passed."""
+    deadline = time.time() + seconds
+    i = 0
+    while time.time() < deadline:
+        for fn in candidates.values():
+            for _ in range(8):
+                fn(i % n_sets)
+                i += 1
+        torch.cuda.synchronize()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--problem", action="append", type=parse_problem,
+                    help="B,Hq,Hkv,L,D,dtype,causal (repeatable; default: three problems)")
+    ap.add_argument("--settle-s", type=float, default=0.0,
+                    help="untimed run of each mode before its timed rounds")
+    ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args()
     configure(db=args.db)
     log = Path(tempfile.mkdtemp()) / "smi.csv"
@@ -77,7 +104,7 @@ def main() -> int:
         stdout=log.open("w"), start_new_session=True)
     rows = []
     try:
-        for problem in PROBLEMS:
+        for problem in args.problem or PROBLEMS:
             answer = best_config(problem, db=args.db)
             if answer is None:
                 print(f"{problem.describe()}: not tuned in {args.db}", file=sys.stderr)
@@ -89,22 +116,26 @@ def main() -> int:
             modes.append(("all three interleaved", fns))
             for mode, candidates in modes:
                 time.sleep(2.0)  # let clocks and power settle between modes
+                settle(candidates, len(sets), args.settle_s)
                 start = time.time()
-                timings = measure(candidates, n_sets=len(sets), rounds=9, round_ms=60)
+                timings = measure(candidates, n_sets=len(sets), rounds=args.rounds, round_ms=60)
                 end = time.time()
                 env = sampled(log, start, end)
                 for name, t in timings.items():
                     row = {"problem": problem.describe(), "mode": mode, "call": name,
                            "tflops": problem.flops / t.median_us / 1e6,
-                           "median_us": t.median_us, **env}
+                           "median_us": t.median_us, **env,
+                           "tflops_per_ghz": problem.flops / t.median_us / 1e3
+                           / env["sm_clock_mhz"]}
                     rows.append(row)
                     print(f"{row['problem']:30s} {mode:28s} {name:22s} {row['tflops']:6.1f} "
-                          f"TFLOP/s  SM {env['sm_clock_mhz']:.0f} MHz  {env['power_w']:.0f} W",
-                          flush=True)
+                          f"TFLOP/s  SM {env['sm_clock_mhz']:.0f} MHz  {env['power_w']:.0f} W  "
+                          f"{row['tflops_per_ghz']:.0f} TFLOP/s per GHz", flush=True)
     finally:  # the whole pipeline: nvidia-smi outlives its shell otherwise and holds stdout
         os.killpg(smi.pid, signal.SIGTERM)
     Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                            "command": " ".join(["python", *sys.argv]),
+                                           "settle_s": args.settle_s,
                                            "rows": rows}, indent=1))
     return 0
 
