@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .compiler import BuildResult, compile_config, compile_many, lookup
 from .config import Config, InvalidConfig
 from .problem import Problem
@@ -9,6 +11,9 @@ from .search import FamilyOutcome, SearchSettings, TuneOutcome
 from .space import Space, families, load_space, supported_families, validate_config
 from .target import Target, default_target, target_for_arch
 from .tuning import BestAnswer, best_config, tune
+
+if TYPE_CHECKING:  # imported lazily at run time (__getattr__), typed for checkers here
+    from .runtime import attention, configure, explain
 
 __all__ = [
     "BestAnswer",

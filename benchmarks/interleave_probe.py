@@ -63,7 +63,8 @@ def calls(problem: Problem, kernel: CompiledKernel, sets: list[tuple[Any, ...]]
     return {
         "kernel (tuner's call)": lambda i: kernel(*sets[i][:3], out=sets[i][3]),
         "attention()": lambda i: attention(*sets[i][:3], causal=causal),
-        "sdpa default": lambda i: F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal),
+        "sdpa default": lambda i: F.scaled_dot_product_attention(
+            sets[i][0], sets[i][1], sets[i][2], is_causal=causal),
     }
 
 

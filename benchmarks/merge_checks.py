@@ -9,12 +9,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def _parts(report: dict) -> list[dict]:
+def _parts(report: dict[str, Any]) -> list[dict[str, Any]]:
     """A check report is one part; an already merged file brings its parts along."""
     if "parts" in report:
-        return report["parts"]
+        return list(report["parts"])
     return [{"command": report["command"], "seed": report["seed"], "valid": report["valid"],
              "compiled": report["compiled"], "passed": report["passed"]}]
 

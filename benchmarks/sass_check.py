@@ -90,10 +90,11 @@ def main() -> int:
                 entry.update({k: counts.get(k, 0) for k in WATCHED})
                 entry["WGWAIT"] = counts["WGWAIT"]
                 entry["serialized"] = bool(counts["HGMMA"]) and counts["WGWAIT"] >= counts["HGMMA"]
-                entry.update(registers=build.ptxas.registers,
-                             spill_bytes=build.ptxas.spill_store_bytes
-                             + build.ptxas.spill_load_bytes,
-                             stack_frame_bytes=build.ptxas.stack_frame_bytes)
+                report = build.ptxas  # None for a cache entry without the ptxas report
+                entry.update(registers=report.registers if report else None,
+                             spill_bytes=report.spill_store_bytes + report.spill_load_bytes
+                             if report else None,
+                             stack_frame_bytes=report.stack_frame_bytes if report else None)
             seen[config.digest] = entry
         rows.append({"shape": bench_row["shape"], **seen[config.digest]})
     header = ["shape", "config", *WATCHED, "WGWAIT", "serialized", "registers", "spill_bytes"]

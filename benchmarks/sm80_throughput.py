@@ -81,12 +81,15 @@ def time_kernels(problem: Problem, kernels: dict[str, CompiledKernel], with_sdpa
         errors[name] = rel_err(out, expected)
         fns[name] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
     if with_sdpa:
-        fns["sdpa_default"] = lambda i: F.scaled_dot_product_attention(*sets[i][:3],
-                                                                       is_causal=causal)
+        def sdpa_default(i: int) -> torch.Tensor:
+            q, k, v = sets[i][:3]
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
         def flash(i: int) -> torch.Tensor:
+            q, k, v = sets[i][:3]
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return F.scaled_dot_product_attention(*sets[i][:3], is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        fns["sdpa_default"] = sdpa_default
         fns["sdpa_flash"] = flash
     return measure(fns, n_sets=len(sets), rounds=rounds, round_ms=round_ms), errors
 

@@ -15,6 +15,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from autotune._table import render_table
 from autotune.compiler import lookup
@@ -31,7 +32,7 @@ def main() -> int:
     parser.add_argument("output")
     parser.add_argument("pieces", nargs="+")
     args = parser.parse_args()
-    rows: dict[tuple[object, ...], dict[str, object]] = {}
+    rows: dict[tuple[object, ...], dict[str, Any]] = {}
     for piece in args.pieces:
         for row in json.loads(Path(piece).read_text()):
             rows[tuple(row[k] for k in KEYS)] = row  # a later piece supersedes an earlier one
