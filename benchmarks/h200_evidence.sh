@@ -26,6 +26,8 @@
 #                                              # in .c90pack) and the power-steady probe of
 #                                              # the D=128 fp16 non-causal shapes (ours and SDPA
 #                                              # alone and interleaved, clock and power sampled)
+#   bash benchmarks/h200_evidence.sh gpusuite  # every GPU test, the every_valid sub-spaces of both
+#                                              # families included (all cubins carried)
 #   bash benchmarks/h200_evidence.sh final     # README command 1's main job with an empty cache
 #                                              # and database, the tuned-dispatch bench of both
 #                                              # families (PREFIX=sm90_bench), the GPU tests and
@@ -184,6 +186,13 @@ sm90piece)
   tar czf "$OUT/sm90piece_d$d.tgz" -C /tmp "piece_d$d"
   precompile_pack
   for dt in fp16 bf16; do tail -n 22 "$p/tune_d${d}_$dt.txt"; done
+  ;;
+gpusuite)
+  f=/tmp/gpusuite; mkdir -p "$f"; unpack_cubins
+  CUTE_AUTOTUNE_EVIDENCE_DIR=$f/checks timeout "${UNTIL:-450}" python3 -m pytest tests/gpu -v -rA \
+    > "$f/pytest_gpu_all.txt" 2>&1; echo "pytest rc $?"
+  tar czf "$OUT/gpusuite.tgz" -C /tmp gpusuite; grep -E "PASSED|FAILED|ERROR" "$f/pytest_gpu_all.txt" \
+    | grep -v "^PASSED\|^FAILED" | tail -40; tail -n 1 "$f/pytest_gpu_all.txt"
   ;;
 testspower)
   f=/tmp/testspower; mkdir -p "$f"; unpack_cubins
