@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +27,15 @@ from .target import Target, target_for_arch
 
 # Build keys of the replay backend: a recorded measurement, not a build of this machine.
 REPLAY_KEY_PREFIX = "replay-"
+
+
+@dataclass(frozen=True)
+class Reranking:
+    """Finalists re-timed together, in the order given, and torch SDPA's backends timed in the
+    same rounds (empty where the backend has no new SDPA timing: a replayed recording)."""
+
+    results: list[TrialResult]
+    baselines: list[BaselineTiming] = field(default_factory=list)
 
 
 class Backend(Protocol):
@@ -51,13 +61,18 @@ class Backend(Protocol):
         ...
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> list[TrialResult]:
-        """Re-time finalists, interleaved so drift hits them alike."""
+               round_ms: float) -> Reranking:
+        """Re-time finalists, interleaved so drift hits them alike (and SDPA with them)."""
         ...
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]: ...
 
     def close(self) -> None: ...
+
+
+def _baselines_from_reply(timings: Mapping[str, Any]) -> list[BaselineTiming]:
+    return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"])
+            for name, t in timings.items()]
 
 
 def _trial_from_reply(config: Config, build: BuildResult, reply: Mapping[str, Any]
@@ -125,29 +140,29 @@ class GpuBackend:
         return _trial_from_reply(build.config, build, reply)
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> list[TrialResult]:
+               round_ms: float) -> Reranking:
         configs = [b.config.to_json() for b in builds]
         reply = self._worker.request(
             "rerank", self._payload(problem, configs=configs, rounds=rounds,
-                                    round_ms=round_ms),
-            timeout=self._timeout * max(1, len(builds)))
+                                    round_ms=round_ms, with_sdpa=True),
+            timeout=self._timeout * max(1, len(builds) + 1))
         if reply.get("status") != "ok":
-            return [TrialResult(b.config, str(reply.get("status")), str(reply.get("reason")),
-                                build_key=b.key) for b in builds]
+            return Reranking([TrialResult(b.config, str(reply.get("status")),
+                                          str(reply.get("reason")), build_key=b.key)
+                              for b in builds])
         results = []
         for build in builds:
             t = reply["timings"][build.config.to_json()]
             results.append(TrialResult(build.config, OK, "", t["median_us"], t["p20_us"],
                                        t["p80_us"], t["rounds"], build_key=build.key))
-        return results
+        return Reranking(results, _baselines_from_reply(reply.get("baselines", {})))
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
         reply = self._worker.request("baselines", self._payload(problem, rounds=9, round_ms=40),
                                      timeout=self._timeout)
         if reply.get("status") != "ok":
             raise RuntimeError(f"timing torch SDPA failed: {reply.get('reason')}")
-        return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"])
-                for name, t in reply["timings"].items()]
+        return _baselines_from_reply(reply["timings"])
 
     def close(self) -> None:
         self._worker.close()
@@ -281,15 +296,15 @@ class ReplayBackend:
                            rounds, row.get("rel_err_vs_sdpa"), build_key=build.key)
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> list[TrialResult]:
-        return [self.evaluate(problem, b, rounds=rounds, round_ms=round_ms) for b in builds]
+               round_ms: float) -> Reranking:
+        return Reranking([self.evaluate(problem, b, rounds=rounds, round_ms=round_ms)
+                          for b in builds])
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
         sdpa = self._sdpa.get(problem)
         if sdpa is None:
             raise KeyError(f"no recording of {problem.describe()}")
-        return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"])
-                for name, t in sdpa.items()]
+        return _baselines_from_reply(sdpa)
 
     def close(self) -> None:
         pass

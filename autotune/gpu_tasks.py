@@ -106,8 +106,17 @@ def task_trial(payload: dict[str, Any]) -> dict[str, Any]:
             "p80_us": timing.p80_us, "rounds": timing.rounds}
 
 
+def _sdpa_calls(problem: Problem, sets: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """torch SDPA's backends that accept the problem, as timing candidates over the sets."""
+    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    names = set.intersection(*(set(b) for b in per_set))
+    return {name: (lambda i, name=name: per_set[i][name]()) for name in sorted(names)}
+
+
 def task_rerank(payload: dict[str, Any]) -> dict[str, Any]:
-    """Re-time several already-validated configs, interleaved round by round."""
+    """Re-time several already-validated configs, interleaved round by round; with
+    `with_sdpa`, torch SDPA's backends take part in the same rounds, so the speed-up stored
+    with the winner compares two kernels timed under the same clocks and power."""
     from .timing import measure
 
     problem = Problem(**payload["problem"])
@@ -116,9 +125,13 @@ def task_rerank(payload: dict[str, Any]) -> dict[str, Any]:
     for config_json in payload["configs"]:
         _, kernel = _kernel(config_json, payload["target"], payload["device"])
         fns[config_json] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
-    timings = measure(fns, n_sets=len(sets), rounds=payload["rounds"],
+    # A config's key is its JSON object text, so it cannot collide with a backend's name.
+    sdpa = _sdpa_calls(problem, sets) if payload.get("with_sdpa") else {}
+    timings = measure({**fns, **sdpa}, n_sets=len(sets), rounds=payload["rounds"],
                       round_ms=payload["round_ms"])
-    return {"status": "ok", "timings": {k: t.as_dict() for k, t in timings.items()}}
+    return {"status": "ok",
+            "timings": {k: timings[k].as_dict() for k in fns},
+            "baselines": {k: timings[k].as_dict() for k in sdpa}}
 
 
 def task_baselines(payload: dict[str, Any]) -> dict[str, Any]:
@@ -126,10 +139,7 @@ def task_baselines(payload: dict[str, Any]) -> dict[str, Any]:
 
     problem = Problem(**payload["problem"])
     sets = problem_inputs(problem)
-    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
-    names = set.intersection(*(set(b) for b in per_set))
-    fns = {name: (lambda i, name=name: per_set[i][name]()) for name in sorted(names)}
-    timings = measure(fns, n_sets=len(sets), rounds=payload["rounds"],
+    timings = measure(_sdpa_calls(problem, sets), n_sets=len(sets), rounds=payload["rounds"],
                       round_ms=payload["round_ms"])
     return {"status": "ok", "timings": {k: t.as_dict() for k, t in timings.items()}}
 

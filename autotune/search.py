@@ -248,8 +248,10 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
     device = backend.device()
     studies = {family: study_name(device, family, problem) for family in chosen}
 
-    # SDPA is timed again in every session (a second or two): a speed-up stored with the best
-    # config then compares two kernels measured in the same run, never across runs.
+    # SDPA is timed again in every session (a second or two), for the search trials' records;
+    # the speed-up stored with the best config comes from SDPA timed in the re-timing's own
+    # rounds where the backend can (GPU), so it compares two kernels under the same clocks and
+    # power, never across runs.
     measured = backend.baselines(problem)
     store.record_baselines(device, problem, studies[chosen[0]], measured)
     baselines = {b.backend: b for b in measured}
@@ -271,7 +273,11 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
         finalists.append((defender, stored.config))
         defender_trials = _counted_trials(store, defender)
 
-    reranked = _rerank(problem, backend, store, settings, finalists, device, sdpa_default)
+    reranked, beside = _rerank(problem, backend, store, settings, finalists, device,
+                               studies[chosen[0]], sdpa_default)
+    if beside:
+        baselines = {b.backend: b for b in beside}
+        sdpa_default = baselines["default"].median_us if "default" in baselines else None
     winner = min(reranked, key=lambda r: r.result.median_us or math.inf) if reranked else None
     total = sum(search.total_trials for search in searches) + defender_trials
     if winner is not None:
@@ -453,22 +459,27 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
 
 
 def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
-            finalists: list[tuple[str, Config]], device: DeviceInfo,
-            sdpa_default: float | None) -> list[_Reranked]:
+            finalists: list[tuple[str, Config]], device: DeviceInfo, baseline_study: str,
+            sdpa_default: float | None) -> tuple[list[_Reranked], list[BaselineTiming]]:
     """Re-time the finalists of every family together (interleaved on the GPU); the winner
     comes from these measurements, not from a lucky search sample. Each measurement is
-    recorded under the study of its config's family."""
+    recorded under the study of its config's family. Also returns SDPA's timings from the same
+    rounds (recorded under `baseline_study`), or [] where the backend has none."""
     if not finalists:
-        return []
+        return [], []
     study_of = {config.digest: study for study, config in finalists}
     builds: list[BuildResult] = [b for b in backend.build([c for _, c in finalists]) if b.ok]
-    results = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
-                             round_ms=settings.rerank_round_ms)
+    reranking = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
+                               round_ms=settings.rerank_round_ms)
+    if reranking.baselines:
+        store.record_baselines(device, problem, baseline_study, reranking.baselines)
+        sdpa_default = next((b.median_us for b in reranking.baselines
+                             if b.backend == "default"), sdpa_default)
     final = []
-    for build, result in zip(builds, results, strict=True):
+    for build, result in zip(builds, reranking.results, strict=True):
         study = study_of[build.config.digest]
         measurement_id = store.record_trial(device, problem, result, build=build, study=study,
                                             phase="rerank", baseline_us=sdpa_default)
         if result.ok:
             final.append(_Reranked(result, measurement_id, study))
-    return final
+    return final, reranking.baselines

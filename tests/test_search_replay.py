@@ -11,12 +11,13 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.backends import ReplayBackend
+from autotune.backends import ReplayBackend, Reranking
 from autotune.cli import main
 from autotune.config import Config
 from autotune.problem import Problem
 from autotune.search import SearchSettings, study_name, tune_problem
 from autotune.space import load_space
+from autotune.store.records import BaselineTiming
 from autotune.store.repo import TuningStore
 from autotune.tuning import best_config
 
@@ -237,3 +238,34 @@ def test_every_session_times_sdpa_again(backend: ReplayBackend, store: TuningSto
     assert again.baselines["default"].median_us == 2 * first
     best = store.best(backend.device(), problem)
     assert best is not None and best.sdpa_default_us == 2 * first
+
+
+class _SdpaBesideFinalists(ReplayBackend):
+    """A backend whose re-timing also times SDPA in the same rounds (as the GPU backend's
+    does), here slower than the recorded standalone baseline, as under a power cap."""
+
+    def rerank(self, problem: Problem, builds: Any, *, rounds: int,
+               round_ms: float) -> Reranking:
+        reranking = super().rerank(problem, builds, rounds=rounds, round_ms=round_ms)
+        beside = [BaselineTiming(b.backend, b.median_us * 1.25, b.p20_us * 1.25,
+                                 b.p80_us * 1.25) for b in self.baselines(problem)]
+        return Reranking(reranking.results, beside)
+
+
+def test_the_stored_speedup_uses_sdpa_timed_beside_the_finalists(
+        recording: dict[str, Any], store: TuningStore) -> None:
+    backend = _SdpaBesideFinalists(recording)
+    problem = backend.problems[0]
+    standalone = {b.backend: b.median_us for b in backend.baselines(problem)}
+    outcome = tune_problem(problem, backend, store, SearchSettings(trials=8, seed=0))
+    assert outcome.best is not None and outcome.best.median_us is not None
+    beside = standalone["default"] * 1.25
+    assert outcome.baselines["default"].median_us == pytest.approx(beside)
+    best = store.best(backend.device(), problem)
+    assert best is not None
+    assert best.sdpa_default_us == pytest.approx(beside)
+    assert best.sdpa_flash_us == pytest.approx(standalone["flash"] * 1.25)
+    assert best.speedup_vs_default == pytest.approx(beside / outcome.best.median_us)
+    # recorded as the newest SDPA timing of the problem
+    latest = store.latest_baselines(backend.device(), problem)
+    assert latest["default"].median_us == pytest.approx(beside)
