@@ -116,7 +116,7 @@ def _sdpa_calls(problem: Problem, sets: list[tuple[Any, ...]]) -> dict[str, Any]
 def task_rerank(payload: dict[str, Any]) -> dict[str, Any]:
     """Re-time several already-validated configs, interleaved round by round; with
     `with_sdpa`, torch SDPA's backends take part in the same rounds, so the speed-up stored
-    with the winner compares two kernels timed under the same clocks and power."""
+    with the winner compares two kernels timed in one run, not minutes apart."""
     from .timing import measure
 
     problem = Problem(**payload["problem"])

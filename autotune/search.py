@@ -250,12 +250,11 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
 
     # SDPA is timed again in every session (a second or two), for the search trials' records;
     # the speed-up stored with the best config comes from SDPA timed in the re-timing's own
-    # rounds where the backend can (GPU), so it compares two kernels under the same clocks and
-    # power, never across runs.
+    # interleaved rounds where the backend can (GPU), never from another run.
     measured = backend.baselines(problem)
     store.record_baselines(device, problem, studies[chosen[0]], measured)
     baselines = {b.backend: b for b in measured}
-    sdpa_default = baselines["default"].median_us if "default" in baselines else None
+    sdpa_default = _median_us(baselines, "default")
 
     searches = [_search_family(problem, family, studies[family], backend, store, settings,
                                sdpa_default, on_progress) for family in chosen]
@@ -276,15 +275,14 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
     reranked, beside = _rerank(problem, backend, store, settings, finalists, device,
                                studies[chosen[0]], sdpa_default)
     if beside:
-        baselines = {b.backend: b for b in beside}
-        sdpa_default = baselines["default"].median_us if "default" in baselines else None
+        baselines = beside
+        sdpa_default = _median_us(baselines, "default")
     winner = min(reranked, key=lambda r: r.result.median_us or math.inf) if reranked else None
     total = sum(search.total_trials for search in searches) + defender_trials
     if winner is not None:
         store.set_best(device, problem, winner.result, measurement_id=winner.measurement_id,
                        study=winner.study, trials=total, sdpa_default_us=sdpa_default,
-                       sdpa_flash_us=baselines["flash"].median_us if "flash" in baselines
-                       else None)
+                       sdpa_flash_us=_median_us(baselines, "flash"))
     outcomes = []
     for search in searches:
         mine = [r.result for r in reranked if r.result.config.family == search.family]
@@ -460,21 +458,22 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
 
 def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
             finalists: list[tuple[str, Config]], device: DeviceInfo, baseline_study: str,
-            sdpa_default: float | None) -> tuple[list[_Reranked], list[BaselineTiming]]:
+            sdpa_default: float | None
+            ) -> tuple[list[_Reranked], dict[str, BaselineTiming]]:
     """Re-time the finalists of every family together (interleaved on the GPU); the winner
     comes from these measurements, not from a lucky search sample. Each measurement is
     recorded under the study of its config's family. Also returns SDPA's timings from the same
-    rounds (recorded under `baseline_study`), or [] where the backend has none."""
+    rounds by backend (recorded under `baseline_study`), or {} where the backend has none."""
     if not finalists:
-        return [], []
+        return [], {}
     study_of = {config.digest: study for study, config in finalists}
     builds: list[BuildResult] = [b for b in backend.build([c for _, c in finalists]) if b.ok]
     reranking = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
                                round_ms=settings.rerank_round_ms)
-    if reranking.baselines:
+    beside = {b.backend: b for b in reranking.baselines}
+    if beside:
         store.record_baselines(device, problem, baseline_study, reranking.baselines)
-        sdpa_default = next((b.median_us for b in reranking.baselines
-                             if b.backend == "default"), sdpa_default)
+        sdpa_default = _median_us(beside, "default") or sdpa_default
     final = []
     for build, result in zip(builds, reranking.results, strict=True):
         study = study_of[build.config.digest]
@@ -482,4 +481,9 @@ def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: Se
                                             phase="rerank", baseline_us=sdpa_default)
         if result.ok:
             final.append(_Reranked(result, measurement_id, study))
-    return final, reranking.baselines
+    return final, beside
+
+
+def _median_us(baselines: dict[str, BaselineTiming], backend: str) -> float | None:
+    timing = baselines.get(backend)
+    return timing.median_us if timing else None

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from autotune.compiler import compile_config
 from autotune.gpu_tasks import problem_inputs
 from autotune.kernel import CompiledKernel
 from autotune.problem import Problem
 from autotune.runtime import attention, configure
+from autotune.sdpa import sdpa_call
 from autotune.timing import measure
 from autotune.tuning import best_config
 
@@ -60,11 +60,12 @@ def sampled(log: Path, start: float, end: float) -> dict[str, float]:
 def calls(problem: Problem, kernel: CompiledKernel, sets: list[tuple[Any, ...]]
           ) -> dict[str, Callable[[int], Any]]:
     causal = problem.causal
+    # as `bench` calls it (enable_gqa where Hq != Hkv, which --problem allows)
+    sdpa = [sdpa_call("default", *s[:3], causal=causal) for s in sets]
     return {
         "kernel (tuner's call)": lambda i: kernel(*sets[i][:3], out=sets[i][3]),
         "attention()": lambda i: attention(*sets[i][:3], causal=causal),
-        "sdpa default": lambda i: F.scaled_dot_product_attention(
-            sets[i][0], sets[i][1], sets[i][2], is_causal=causal),
+        "sdpa default": lambda i: sdpa[i](),
     }
 
 
