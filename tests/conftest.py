@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# A real PostgreSQL server (.ci/run starts one): the URL of a database this user may create
+# databases from, e.g. postgresql+psycopg://postgres@/postgres?host=/tmp/pg&port=55432
+PG_ENV = "CUTE_AUTOTUNE_TEST_PG_URL"
 
 
 def _gpu_available() -> bool:
@@ -28,12 +34,15 @@ def _nvcc_available() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     no_nvcc = pytest.mark.skip(reason="needs nvcc (the CUDA toolkit)")
+    no_postgres = pytest.mark.skip(reason=f"needs a PostgreSQL server (${PG_ENV})")
     gpu, nvcc = _gpu_available(), _nvcc_available()
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not nvcc:
             item.add_marker(no_nvcc)
+        if "postgres" in item.keywords and not os.environ.get(PG_ENV):
+            item.add_marker(no_postgres)
 
 
 @pytest.fixture
@@ -43,3 +52,22 @@ def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.setenv("CUTE_AUTOTUNE_CACHE", str(root))
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test (dropped afterwards)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    admin_url = make_url(os.environ[PG_ENV])
+    name = f"cute_autotune_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

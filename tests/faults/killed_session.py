@@ -1,0 +1,51 @@
+"""A tuning session that is killed (SIGKILL) mid-study, run as its own process:
+
+    python -m tests.faults.killed_session DB_URL WHERE N TRIALS
+
+WHERE is `evaluate` (dies while timing its Nth trial: the rest of its batch is left RUNNING) or
+`recorded` (dies right after its Nth measurement is stored, before Optuna is told)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.backends import ReplayBackend
+from autotune.search import SearchSettings, tune_problem
+from autotune.store.repo import TuningStore
+
+RECORDING = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sweep_sm80_h200.json"
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(url: str, where: str, n: int, trials: int) -> None:
+    count = {"evaluate": 0, "recorded": 0}
+
+    class Killer(ReplayBackend):
+        def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+            count["evaluate"] += 1
+            if where == "evaluate" and count["evaluate"] == n:
+                die()
+            return super().evaluate(*args, **kwargs)
+
+    class KilledStore(TuningStore):
+        def record_trial(self, *args: Any, **kwargs: Any) -> int:
+            row = super().record_trial(*args, **kwargs)
+            count["recorded"] += 1
+            if where == "recorded" and count["recorded"] == n:
+                die()
+            return row
+
+    backend = Killer(RECORDING)
+    tune_problem(backend.problems[0], backend, KilledStore(url),
+                 SearchSettings(trials=trials, seed=7, batch_size=4, warm_start=0))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -1,0 +1,174 @@
+"""The GPU worker reports how a dead worker died and counts every restart; a broken compile
+pool is retried as infrastructure and never recorded against a config; a config's failure
+holds for the toolchain it failed under only."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune import toolchain as toolchain_module
+from autotune.backends import ReplayBackend
+from autotune.cache import ArtifactCache
+from autotune.compiler import BuildResult, compile_many
+from autotune.config import Config
+from autotune.search import SearchSettings, study_name, tune_problem
+from autotune.store.repo import TuningStore
+from autotune.target import target_for_arch
+from autotune.worker import GpuWorker
+
+from .conftest import sm80_config
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+TASKS = ("tests.faults.worker_tasks",)
+
+
+@pytest.fixture
+def worker() -> Iterator[GpuWorker]:
+    with GpuWorker(0, task_modules=TASKS) as w:
+        yield w
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: a dead worker reads 'exit code None'")
+def test_a_segfault_is_reported_with_its_signal_every_time(worker: GpuWorker) -> None:
+    for _ in range(7):
+        reply = worker.request("segfault", {}, timeout=60)
+        assert reply["status"] == "crashed"
+        assert "SIGSEGV" in reply["reason"] and "None" not in reply["reason"], reply
+    assert worker.request("ping", {}, timeout=60)["status"] == "ok"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: restarts after a sticky CUDA error are missed")
+def test_a_sticky_cuda_error_counts_as_a_restart(worker: GpuWorker) -> None:
+    first = worker.request("ping", {}, timeout=60)["pid"]
+    reply = worker.request("poison", {}, timeout=60)
+    assert reply["status"] == "crashed" and "CUDA context lost" in reply["reason"]
+    second = worker.request("ping", {}, timeout=60)["pid"]
+    assert second != first
+    assert worker.restarts == 1
+
+
+# -- a compile pool whose worker dies -----------------------------------------------------------
+
+FAKE_NVCC = """#!/bin/sh
+# Stands in for nvcc: answers --version; else kills the compile worker that ran it (what the
+# OOM killer does to a pool process), every time or only the first time.
+case "$1" in --version) echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0;; esac
+if [ "$MODE" = always ] || [ ! -e "$MARK" ]; then touch "$MARK"; kill -9 $PPID; sleep 5; fi
+echo 'kernel.cu(1): error: static assertion failed with "fake nvcc refuses"' >&2
+exit 1
+"""
+
+
+@pytest.fixture
+def killer_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    monkeypatch.setenv("MARK", str(tmp_path / "killed-once"))
+    monkeypatch.setenv("CUTE_AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    toolchain_module.toolchain.cache_clear()
+    yield tmp_path
+    toolchain_module.toolchain.cache_clear()
+
+
+CONFIGS = [Config.from_dict(sm80_config(**tile))
+           for tile in ({"block_n": 32}, {"block_n": 64}, {"kv_stages": 3})]
+
+
+def compile_all(tmp: Path) -> list[BuildResult]:
+    return compile_many(CONFIGS, target_for_arch(90), jobs=2, cache=ArtifactCache(tmp / "c"))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded as compile errors")
+def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODE", "once")
+    results = compile_all(killer_nvcc)
+    assert [r.status for r in results] == ["compile_error"] * 3
+    assert all("fake nvcc refuses" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded as compile errors")
+def test_a_pool_that_keeps_dying_is_infrastructure_not_the_configs(
+        killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODE", "always")
+    results = compile_all(killer_nvcc)
+    assert [r.status for r in results] == ["infrastructure"] * 3
+    assert all("compile worker" in r.message for r in results)
+
+
+# -- failures in the search ---------------------------------------------------------------------
+
+
+class FlakyBuilds(ReplayBackend):
+    """A replay whose compile pool breaks for some configs (infrastructure), or whose build of
+    a config fails under one toolchain only."""
+
+    def __init__(self, *args: object, infra: set[str] = frozenset(),  # type: ignore[assignment]
+                 toolchain_tag: str = "nvcc-13.0", **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.infra = set(infra)
+        self.toolchain_tag = toolchain_tag
+
+    def build(self, configs):  # type: ignore[no-untyped-def]
+        results = super().build(configs)
+        return [BuildResult(r.config, r.arch, "infrastructure",
+                            message="compile worker died (the pool broke)")
+                if r.config.digest in self.infra else r for r in results]
+
+    def build_key(self, config: Config) -> str:
+        return f"{self.toolchain_tag}-{config.digest}"
+
+
+def study_digests(store: TuningStore, name: str, status: str) -> list[str]:
+    study = optuna.load_study(study_name=name, storage=store.url)
+    return [t.user_attrs["digest"] for t in study.trials if t.user_attrs.get("status") == status]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded against configs")
+def test_infrastructure_failures_are_never_held_against_a_config(tmp_path: Path) -> None:
+    store = TuningStore(f"sqlite:///{tmp_path}/t.db")
+    first = ReplayBackend(RECORDING)
+    problem = first.problems[0]
+    heuristic = Config.from_dict(sm80_config())  # the family's default: tried first
+    backend = FlakyBuilds(RECORDING, infra={heuristic.digest})
+    settings = SearchSettings(trials=6, seed=3, warm_start=0)
+    outcome = tune_problem(problem, backend, store, settings)
+    assert outcome.failed == 0 and outcome.evaluated == 6
+    assert all(t["status"] != "infrastructure" for t in store.trials())
+    assert not any(t["config"] == heuristic.as_dict() for t in store.trials())
+    # the next session, the pool healthy, measures it
+    again = FlakyBuilds(RECORDING)
+    tune_problem(problem, again, store, SearchSettings(trials=2, seed=3, warm_start=0))
+    assert heuristic in again.build_calls
+    assert any(t["config"] == heuristic.as_dict() and t["status"] == "ok"
+               for t in store.trials())
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: a failure holds for every toolchain")
+def test_a_new_toolchain_tries_a_failed_config_again(tmp_path: Path) -> None:
+    store = TuningStore(f"sqlite:///{tmp_path}/t.db")
+    probe = ReplayBackend(RECORDING)
+    problem = probe.problems[0]
+    heuristic = Config.from_dict(sm80_config())
+    old = FlakyBuilds(RECORDING, faults={heuristic.digest: ("crashed", "illegal address")})
+    tune_problem(problem, old, store, SearchSettings(trials=4, seed=5, warm_start=0))
+    name = study_name(old.device(), "sm80", problem)
+    assert heuristic.digest in study_digests(store, name, "crashed")
+    same = FlakyBuilds(RECORDING)
+    tune_problem(problem, same, store, SearchSettings(trials=4, seed=5, warm_start=0))
+    assert heuristic not in same.build_calls  # same toolchain: the failure stands
+    newer = FlakyBuilds(RECORDING, toolchain_tag="nvcc-13.1")
+    tune_problem(problem, newer, store, SearchSettings(trials=4, seed=5, warm_start=0))
+    assert heuristic in newer.build_calls
+    assert os.path.exists(f"{tmp_path}/t.db")
