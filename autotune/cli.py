@@ -16,6 +16,7 @@ from typing import Any
 from . import cli_tuning
 from ._table import render_table
 from .build_table import build_table
+from .cache import CacheNotWritable
 from .compiler import BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
 from .space import load_space
@@ -167,7 +168,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"({sum(r.cached for r in results)} from cache, {len(built)} compiled in {wall:.1f} s"
           f"{f', {per_min:.1f} configs/min' if built else ''}); "
           f"{sum(r.status == 'invalid' for r in results)} pruned, "
-          f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed; "
+          f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed, "
+          f"{sum(r.status == 'infrastructure' for r in results)} not compiled (compile "
+          "workers died); "
           f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
           f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized")
     if args.json:
@@ -358,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (InvalidConfig, ToolchainError, ValueError, SchemaError) as exc:
+    except (InvalidConfig, ToolchainError, ValueError, SchemaError, CacheNotWritable) as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -2,12 +2,16 @@
 
 A config that cannot compile is an outcome, not an exception: every path returns a BuildResult
 whose status says what happened ("ok", "invalid" = pruned by the space's static constraints
-before nvcc, "compile_error" with nvcc's message, "timeout"). Cubins are device code only, so
-they build on machines without a GPU and do not depend on the Python or torch version.
+before nvcc, "compile_error" with nvcc's message, "timeout"). A compile worker process that
+dies (the OOM killer, a signal) is not the config's doing: its configs are compiled again in a
+fresh pool, and after repeated breakage they come back as "infrastructure", which no caller
+records against the config. Cubins are device code only, so they build on machines without a
+GPU and do not depend on the Python or torch version.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import re
@@ -23,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ._paths import cache_dir, kernel_src_dir
-from .cache import ArtifactCache, CacheEntry, artifact_key
+from .cache import RECORD, ArtifactCache, CacheEntry, artifact_key
 from .codegen import render
 from .config import Config
-from .cubin import LaunchInfo, read_launch_info
-from .ptxas import PtxasReport, parse_ptxas
+from .cubin import CubinError, LaunchInfo, read_launch_info
+from .ptxas import PtxasParseError, PtxasReport, parse_ptxas
 from .space import load_space
 from .target import Target, default_target
 from .toolchain import Toolchain, toolchain
@@ -42,11 +46,18 @@ NVCC_FLAGS = [
     "-Xptxas=-v",
 ]
 DEFAULT_TIMEOUT_S = 900.0
+# Pools tried before the configs of a broken one are given up as "infrastructure"; the last
+# attempt compiles them one at a time, so one config that takes its worker down cannot take
+# the others with it.
+POOL_ATTEMPTS = 3
 
 OK = "ok"
 INVALID = "invalid"
 COMPILE_ERROR = "compile_error"
 TIMEOUT = "timeout"
+INFRASTRUCTURE = "infrastructure"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,20 @@ def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEnt
     )
 
 
+def _cached(config: Config, target: Target, key: str,
+            cache: ArtifactCache) -> BuildResult | None:
+    """The verified cache entry of `key` as a build, or None (a record that does not describe a
+    build is evicted like a damaged cubin)."""
+    entry = cache.get(config.family, key)
+    if entry is None:
+        return None
+    try:
+        return _result_from_entry(config, target, key, entry, cached=True)
+    except (KeyError, TypeError, ValueError) as exc:
+        cache.evict(entry.directory, f"{RECORD} does not describe a build ({exc!r})")
+        return None
+
+
 def build_key(config: Config, target: Target) -> str:
     """The artifact key a build of `config` for `target` gets from the current kernel sources,
     toolchain and flags (what the cache and the tuning database know a build by)."""
@@ -127,9 +152,7 @@ def lookup(config: Config, target: Target,
     space = load_space(config.family)
     if space.violations(config, target):
         return None
-    key = build_key(config, target)
-    entry = (cache or ArtifactCache()).get(config.family, key)
-    return _result_from_entry(config, target, key, entry, cached=True) if entry else None
+    return _cached(config, target, build_key(config, target), cache or ArtifactCache())
 
 
 def compile_config(config: Config, target: Target | None = None,
@@ -145,10 +168,9 @@ def compile_config(config: Config, target: Target | None = None,
     tools = toolchain()
     gencode = space.gencode_for(target)
     key = artifact_key(config, gencode, space.source_hash(), tools, NVCC_FLAGS)
-    if not force:
-        entry = cache.get(config.family, key)
-        if entry is not None:
-            return _result_from_entry(config, target, key, entry, cached=True)
+    if not force and (hit := _cached(config, target, key, cache)) is not None:
+        return hit
+    cache.ensure_writable()  # before nvcc: a build that cannot be stored is not started
 
     source = render(config)
     with tempfile.TemporaryDirectory(prefix="cute-autotune-") as tmp:
@@ -168,8 +190,12 @@ def compile_config(config: Config, target: Target | None = None,
             return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
                                message=summarize_nvcc_errors(proc.stderr))
         cubin = out.read_bytes()
-    report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
-    info = read_launch_info(cubin)
+    try:
+        report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
+        info = read_launch_info(cubin)
+    except (PtxasParseError, CubinError) as exc:
+        return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
+                           message=f"nvcc succeeded but its output is unusable: {exc}")
     record = {
         "key": key,
         "config": config.as_dict(),
@@ -187,7 +213,8 @@ def compile_config(config: Config, target: Target | None = None,
         "compile_seconds": round(seconds, 3),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text})
+    entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text},
+                      replace=force)
     return _result_from_entry(config, target, key, entry, cached=False)
 
 
@@ -195,6 +222,50 @@ def _compile_in_worker(config_json: str, target: Target, cache_root: str, timeou
                        force: bool) -> BuildResult:
     return compile_config(Config.from_json(config_json), target,
                           ArtifactCache(Path(cache_root)), timeout, force)
+
+
+def _compile_in_pools(configs: Sequence[Config], pending: list[int],
+                      results: list[BuildResult | None], target: Target, cache: ArtifactCache,
+                      jobs: int, timeout: float, force: bool,
+                      on_result: Callable[[BuildResult], None] | None) -> None:
+    """Compile `configs[i]` for each pending i into `results`, in process pools; the configs
+    of a pool that broke go to a fresh one (the last attempt one config at a time)."""
+    cache_root = str(cache.root.parent)
+    context = multiprocessing.get_context("spawn")  # never fork a process that holds CUDA
+    why = ""
+    for attempt in range(1, POOL_ATTEMPTS + 1):
+        if not pending:
+            return
+        workers = 1 if attempt == POOL_ATTEMPTS else min(jobs, len(pending))
+        broken: list[int] = []
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {
+                pool.submit(_compile_in_worker, configs[i].to_json(), target, cache_root,
+                            timeout, force): i
+                for i in pending
+            }
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool as exc:
+                    broken.append(i)
+                    why = str(exc)
+                    continue
+                results[i] = result
+                if on_result:
+                    on_result(result)
+        if broken:
+            log.warning("a compile worker process died (%s); %d configs go to a fresh pool "
+                        "(attempt %d of %d)", why, len(broken), attempt + 1, POOL_ATTEMPTS)
+        pending = sorted(broken)
+    for i in pending:
+        results[i] = BuildResult(
+            configs[i], target.arch, INFRASTRUCTURE,
+            message=f"the compile worker process died in {POOL_ATTEMPTS} pools ({why}); this "
+                    "says nothing about the config, which is compiled again next time")
+        if on_result:
+            on_result(results[i])  # type: ignore[arg-type]
 
 
 def default_jobs() -> int:
@@ -229,25 +300,9 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
             on_result(results[i])  # type: ignore[arg-type]
 
     if pending:
-        workers = min(jobs or default_jobs(), len(pending))
-        cache_root = str(cache.root.parent)
-        context = multiprocessing.get_context("spawn")  # never fork a process that holds CUDA
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {
-                pool.submit(_compile_in_worker, configs[i].to_json(), target, cache_root,
-                            timeout, force): i
-                for i in pending
-            }
-            for future in as_completed(futures):
-                i = futures[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool as exc:
-                    result = BuildResult(configs[i], target.arch, COMPILE_ERROR,
-                                         message=f"compile worker died: {exc}")
-                results[i] = result
-                if on_result:
-                    on_result(result)
+        cache.ensure_writable()
+        _compile_in_pools(configs, pending, results, target, cache, jobs or default_jobs(),
+                          timeout, force, on_result)
     return [r for r in results if r is not None]
 
 

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Value = int | bool | str
+
+# A kernel family is the stem of one of the package's space files (search_spaces/<family>.toml).
+# The name is checked wherever a config is made, so that no string read from a database, an
+# import or the command line can reach a path as anything but a plain name.
+FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def check_family_name(family: object) -> str:
+    """`family` if it is a well-formed family name; InvalidConfig otherwise."""
+    if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
+        raise InvalidConfig([f"unknown kernel family {family!r}: a family is named by a space "
+                             "file (lower-case letters, digits and _, at most 32)"])
+    return family
 
 
 class InvalidConfig(ValueError):
@@ -32,6 +46,9 @@ class Config:
     family: str
     values: tuple[tuple[str, Value], ...]
 
+    def __post_init__(self) -> None:
+        check_family_name(self.family)
+
     @classmethod
     def make(cls, family: str, values: Mapping[str, Value]) -> Config:
         for name, value in values.items():
@@ -49,7 +66,8 @@ class Config:
         family = data.get("family")
         if not isinstance(family, str) or not family:
             raise InvalidConfig(["a config needs a 'family' string"])
-        return cls.make(family, {k: v for k, v in data.items() if k != "family"})
+        return cls.make(check_family_name(family),
+                        {k: v for k, v in data.items() if k != "family"})
 
     @classmethod
     def from_json(cls, text: str) -> Config:

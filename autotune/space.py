@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _expr
 from ._paths import search_spaces_dir
-from .config import Config, InvalidConfig, Value
+from .config import Config, InvalidConfig, Value, check_family_name
 from .target import Target
 from .toolchain import kernel_source_hash
 
@@ -99,6 +99,11 @@ class Space:
                 int(k): dict(v) for k, v in data.get("heuristic", {}).items()}
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{source}: malformed space file ({exc!r})") from None
+        check_family_name(self.family)
+        header = Path(self.header)
+        if header.is_absolute() or ".." in header.parts or len(header.parts) < 2:
+            raise ValueError(f"{source}: header {self.header!r} is not a path inside a family's "
+                             "folder of kernel_src/")
         self.params: dict[str, Param] = {p.name: p for p in params}
         for p in params:
             if p.role not in (PROBLEM, TUNABLE):
@@ -251,8 +256,14 @@ class Space:
 
 
 def families() -> list[str]:
-    """Every kernel family: one per space file in search_spaces/."""
-    return sorted(p.stem for p in search_spaces_dir().glob("*.toml"))
+    """Every kernel family: one per space file in search_spaces/ (read once per process: the
+    space files are package data)."""
+    return list(_family_names())
+
+
+@cache
+def _family_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in search_spaces_dir().glob("*.toml")))
 
 
 def supported_families(target: Target | int) -> list[str]:
@@ -287,12 +298,21 @@ def unsupported_reason(target: Target | int) -> str:
     return f"no kernel family supports sm_{cc} ({needs})"
 
 
-@cache
 def load_space(family: str) -> Space:
-    path = search_spaces_dir() / f"{family}.toml"
-    if not path.is_file():
-        raise InvalidConfig([f"unknown kernel family {family!r}; known: {', '.join(families())}"])
-    return Space.from_file(path)
+    """The space of an installed kernel family. `family` is checked to be one of the names
+    `families()` lists before any path is built from it."""
+    known = _family_names()
+    if check_family_name(family) not in known:
+        raise InvalidConfig([f"unknown kernel family {family!r}; known: {', '.join(known)}"])
+    return _load_space(family)
+
+
+@cache
+def _load_space(family: str) -> Space:
+    space = Space.from_file(search_spaces_dir() / f"{family}.toml")
+    if space.family != family:
+        raise ValueError(f"{space.source} declares family {space.family!r}")
+    return space
 
 
 def validate_config(config: Config) -> Config:

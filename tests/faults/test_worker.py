@@ -89,7 +89,6 @@ def compile_all(tmp: Path) -> list[BuildResult]:
     return compile_many(CONFIGS, target_for_arch(90), jobs=2, cache=ArtifactCache(tmp / "c"))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded as compile errors")
 def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODE", "once")
@@ -98,7 +97,6 @@ def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
     assert all("fake nvcc refuses" in r.message for r in results), [r.message for r in results]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded as compile errors")
 def test_a_pool_that_keeps_dying_is_infrastructure_not_the_configs(
         killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODE", "always")
