@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._jsonfile import read_json
 from ._table import render_table
 from .problem import Problem
 from .search import Progress, SearchSettings, TuneOutcome
@@ -302,18 +303,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    try:
-        data = json.loads(Path(args.file).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"cannot read {args.file}: {exc}", file=sys.stderr)
-        return 2
+    data = read_json(args.file)
     try:
         counts = TuningStore(args.db).import_results(data, overwrite=args.overwrite)
     except BrokenRow as exc:
         print(f"{args.file}: {exc}", file=sys.stderr)
         return 2
+    duplicates = (f"; {counts['duplicates']} entries repeated an earlier one"
+                  if counts["duplicates"] else "")
     print(f"imported {counts['imported']} results; kept {counts['kept_existing']} existing "
-          f"(--overwrite replaces them)")
+          f"(--overwrite replaces them){duplicates}")
     return 0
 
 

@@ -255,7 +255,7 @@ def _compile_in_pools(configs: Sequence[Config], pending: list[int],
                 results[i] = result
                 if on_result:
                     on_result(result)
-        if broken:
+        if broken and attempt < POOL_ATTEMPTS:
             log.warning("a compile worker process died (%s); %d configs go to a fresh pool "
                         "(attempt %d of %d)", why, len(broken), attempt + 1, POOL_ATTEMPTS)
         pending = sorted(broken)

@@ -7,7 +7,6 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 Value = int | bool | str
 
@@ -59,7 +58,7 @@ class Config:
         return cls(family, tuple(sorted(values.items())))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+    def from_dict(cls, data: object) -> Config:
         """Inverse of `as_dict`: {"family": ..., <param>: <value>, ...}."""
         if not isinstance(data, Mapping):
             raise InvalidConfig([f"a config must be a JSON object, not {type(data).__name__}"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 DTYPES = ("fp16", "bf16")
+# Every size is a 32-bit int in the kernels' params and in the database's columns.
+MAX_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True, order=True)
@@ -21,8 +23,9 @@ class Problem:
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not (
+                    1 <= value <= MAX_SIZE):
+                raise ValueError(f"{name} must be an integer from 1 to 2^31-1, got {value!r}")
         if self.heads_q % self.heads_kv:
             raise ValueError(
                 f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})"

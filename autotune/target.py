@@ -18,6 +18,17 @@ _MAX_SMEM_PER_BLOCK = {
     120: 101376,
 }
 DEFAULT_CC = 90
+# Compute capabilities a result may name: new GPUs are welcome, nonsense is not.
+MIN_CC, MAX_CC = 70, 130
+
+# Dense fp16/bf16 tensor-core FLOP per clock per SM (a multiply-add counts 2), from NVIDIA's
+# published peaks divided by SM count and boost clock; with a clock above any GPU's boost, an
+# upper bound of what a device can do, used to refuse impossible measurements.
+_TENSOR_FLOP_PER_CLOCK_PER_SM = {
+    70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 1024, 89: 1024, 90: 4096, 100: 8192,
+    103: 8192, 120: 1024,
+}
+_CLOCK_CEILING_HZ = 2.6e9
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,23 @@ def target_for_arch(arch: str | int) -> Target:
         known = ", ".join(f"sm_{c}" for c in sorted(_MAX_SMEM_PER_BLOCK))
         raise ValueError(f"unknown arch sm_{cc}; known: {known}")
     return Target(cc, _MAX_SMEM_PER_BLOCK[cc], f"sm_{cc}")
+
+
+def target_for_capability(cc: int) -> Target:
+    """The limits of a compute capability, for judging a result that names it: a GPU this
+    release does not know (within MIN_CC..MAX_CC) gets those of the newest known one older than
+    it, so that the static constraints always apply."""
+    if not MIN_CC <= cc <= MAX_CC:
+        raise ValueError(f"compute capability {cc} is not between {MIN_CC} and {MAX_CC}")
+    known = max((c for c in _MAX_SMEM_PER_BLOCK if c <= cc), default=min(_MAX_SMEM_PER_BLOCK))
+    return Target(cc, _MAX_SMEM_PER_BLOCK[known], f"sm_{cc}")
+
+
+def tensor_peak_flops(cc: int, sm_count: int) -> float:
+    """An upper bound of the dense fp16 tensor-core FLOP/s of a GPU (see the table above); an
+    unknown compute capability gets the largest rate known."""
+    per_sm = _TENSOR_FLOP_PER_CLOCK_PER_SM.get(cc, max(_TENSOR_FLOP_PER_CLOCK_PER_SM.values()))
+    return sm_count * per_sm * _CLOCK_CEILING_HZ
 
 
 def target_for_device(index: int | None = None) -> Target:

@@ -69,7 +69,7 @@ def _build_facts(row: dict[str, object]) -> dict[str, object] | None:
     if not row.get("config"):
         return None
     cc = int(row["device"]["compute_capability"])  # type: ignore[index]
-    build = lookup(Config.from_dict(row["config"]), target_for_arch(cc))  # type: ignore[arg-type]
+    build = lookup(Config.from_dict(row["config"]), target_for_arch(cc))
     if build is None or build.ptxas is None or build.launch_info is None:
         return None
     info = build.launch_info

@@ -233,4 +233,4 @@ def test_shipped_results_fill_gaps_refresh_shipped_rows_and_keep_tuned_ones(
     stored = {r.problem: r for r in store.list_best()}
     assert stored[P].source == "tuned" and stored[other].config == shipped_config
     assert store.import_results(new_release, refresh_imported=True) == {
-        "imported": 0, "kept_existing": 2}  # equal entries write nothing
+        "imported": 0, "kept_existing": 2, "duplicates": 0}  # equal entries write nothing

@@ -31,7 +31,8 @@ def test_flops_count_only_unmasked_work() -> None:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"heads_q": 6, "heads_kv": 4}, "multiple"),
-    ({"seqlen_q": 0}, ">= 1"),
+    ({"seqlen_q": 0}, "from 1 to 2\\^31-1"),
+    ({"seqlen_k": 2**31}, "from 1 to 2\\^31-1"),
     ({"dtype": "fp32"}, "dtype"),
     ({"causal": 1}, "bool"),
 ])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -21,7 +22,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+INT32 = (-(2**31), 2**31 - 1)
 
 
 def utcnow() -> datetime:
@@ -173,3 +176,23 @@ class BestConfig(Base):
     device: Mapped[Device] = relationship()
     problem: Mapped[ProblemRow] = relationship()
     config: Mapped[KernelConfig] = relationship()
+
+
+def check_column_bounds(session: Session, *_: object) -> None:
+    """Refuse, before a flush writes anything, a string longer than its column or an integer
+    outside a 32-bit column: PostgreSQL would refuse them with a DataError mid-transaction,
+    SQLite would store them; this makes every database refuse them alike (a `before_flush`
+    listener on the store's sessions)."""
+    for obj in [*session.new, *session.dirty]:
+        if not isinstance(obj, Base):
+            continue
+        for column in obj.__table__.columns:
+            value = getattr(obj, column.key, None)
+            length = getattr(column.type, "length", None)
+            if isinstance(value, str) and length is not None and len(value) > length:
+                raise ValueError(f"{column.table.name}.{column.name} holds at most {length} "
+                                 f"characters, got {len(value)}")
+            if (isinstance(column.type, Integer) and not isinstance(column.type, BigInteger)
+                    and isinstance(value, int) and not INT32[0] <= value <= INT32[1]):
+                raise ValueError(f"{column.table.name}.{column.name} holds a 32-bit integer, "
+                                 f"got {value}")

@@ -10,15 +10,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from ..compiler import BuildResult
 from ..config import Config, InvalidConfig
 from ..problem import Problem
-from ..space import load_space, validate_config
-from ..target import target_for_arch
+from ..space import validate_config
+from .exchange import EXPORT_FORMAT, EXPORT_VERSION, BrokenRow, ImportEntry, parse_export
 from .models import (
     Baseline,
     BestConfig,
@@ -27,16 +27,12 @@ from .models import (
     KernelConfig,
     Measurement,
     ProblemRow,
+    check_column_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
 from .schema import head_revision, open_engine
 
-EXPORT_FORMAT = "cute-autotune-results"
-EXPORT_VERSION = 1
-
-
-class BrokenRow(ValueError):
-    """A database row (or an imported entry) that does not describe a runnable kernel."""
+__all__ = ["BrokenRow", "TuningStore", "problem_distance"]
 
 
 def problem_distance(a: Problem, b: Problem) -> float:
@@ -98,6 +94,7 @@ class TuningStore:
         self.engine = engine or open_engine(url)
         self.url = str(self.engine.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self._sessions, "before_flush", check_column_bounds)
 
     @contextmanager
     def _transaction(self) -> Iterator[Session]:
@@ -234,32 +231,50 @@ class TuningStore:
         if not result.ok or result.median_us is None:
             raise ValueError("only a timed result can be the best")
         with self._transaction() as s:
-            device_id, problem_id = self._device(s, device).id, self._problem(s, problem).id
-            config_id = self._config(s, result.config).id
+            self._put_best(s, self._device(s, device).id, self._problem(s, problem).id,
+                           self._config(s, result.config).id, problem, result,
+                           measurement_id=measurement_id, study=study, trials=trials,
+                           sdpa_default_us=sdpa_default_us, sdpa_flash_us=sdpa_flash_us,
+                           source=source)
+
+    @staticmethod
+    def _put_best(s: Session, device_id: int, problem_id: int, config_id: int,
+                  problem: Problem, result: TrialResult, *, measurement_id: int | None,
+                  study: str, trials: int, sdpa_default_us: float | None,
+                  sdpa_flash_us: float | None, source: str,
+                  row: BestConfig | None = None) -> None:
+        """Insert or replace the best row of (device, problem), inside a transaction (`row`:
+        the existing one, when the caller has it)."""
+        median = result.median_us
+        assert median is not None
+        if row is None:
             row = s.scalars(select(BestConfig).filter_by(device_id=device_id,
                                                          problem_id=problem_id)).first()
-            if row is None:
-                row = BestConfig(device_id=device_id, problem_id=problem_id)
-            row.config_id = config_id
-            row.measurement_id = measurement_id
-            row.family = result.config.family
-            row.study = study
-            row.median_us = result.median_us
-            row.tflops = problem.flops / (result.median_us * 1e-6) / 1e12
-            row.sdpa_default_us = sdpa_default_us
-            row.sdpa_flash_us = sdpa_flash_us
-            median = result.median_us
-            row.speedup_vs_default = sdpa_default_us / median if sdpa_default_us else None
-            row.speedup_vs_flash = sdpa_flash_us / median if sdpa_flash_us else None
-            row.trials = trials
-            row.source = source
-            row.updated_at = datetime.now(UTC)
-            s.add(row)
+        if row is None:
+            row = BestConfig(device_id=device_id, problem_id=problem_id)
+        row.config_id = config_id
+        row.measurement_id = measurement_id
+        row.family = result.config.family
+        row.study = study
+        row.median_us = median
+        row.tflops = problem.flops / (median * 1e-6) / 1e12
+        row.sdpa_default_us = sdpa_default_us
+        row.sdpa_flash_us = sdpa_flash_us
+        row.speedup_vs_default = sdpa_default_us / median if sdpa_default_us else None
+        row.speedup_vs_flash = sdpa_flash_us / median if sdpa_flash_us else None
+        row.trials = trials
+        row.source = source
+        row.updated_at = datetime.now(UTC)
+        s.add(row)
 
     def _best_rows(self, s: Session, device: DeviceInfo | str | None) -> list[BestConfig]:
         """Best rows of one GPU model (name, compute capability and SM count; driver and CUDA
         versions may differ between machines), of a device name, or of every device."""
-        query = select(BestConfig).join(Device)
+        # The device, problem and config of each row come in the same query: a row is never
+        # read without them (one query, not three per row).
+        query = select(BestConfig).join(Device).options(
+            joinedload(BestConfig.device), joinedload(BestConfig.problem),
+            joinedload(BestConfig.config))
         if isinstance(device, str):
             query = query.where(Device.name == device)
         elif device is not None:
@@ -351,13 +366,19 @@ class TuningStore:
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
         with self._transaction() as s:
-            records = []
-            for row in self._best_rows(s, device):
-                try:
-                    records.append(self._record(row))
-                except BrokenRow:
-                    continue
-            return records
+            return self._records(s, device)
+
+    def _records(self, s: Session, device: DeviceInfo | str | None) -> list[BestRecord]:
+        return self._records_of(self._best_rows(s, device))
+
+    def _records_of(self, rows: Sequence[BestConfig]) -> list[BestRecord]:
+        records = []
+        for row in rows:
+            try:
+                records.append(self._record(row))
+            except BrokenRow:
+                continue
+        return records
 
     def broken_rows(self) -> list[str]:
         with self._transaction() as s:
@@ -386,96 +407,68 @@ class TuningStore:
 
     def import_results(self, data: Any, *, overwrite: bool = False,
                        refresh_imported: bool = False) -> dict[str, int]:
-        """Import an export; every entry is validated first and a bad file imports nothing.
+        """Import an export in one transaction: every entry is validated first, and a bad
+        entry (or a failure while writing) imports nothing.
 
         An existing best config is kept unless `overwrite`; with `refresh_imported`, one that
         was itself imported (not tuned here) is replaced when the entry differs, which is how
         newer shipped results reach a database seeded by older ones. Entries equal to what is
-        stored write nothing."""
+        stored write nothing; an entry repeating an earlier one of the file is counted as a
+        duplicate (one that repeats it with another result refuses the file)."""
         entries = parse_export(data)
-        counts = {"imported": 0, "kept_existing": 0}
-        with self._transaction() as s:
-            stored = {(r.device.name, r.device.sm_count, r.problem): r
-                      for r in map(self._record, self._best_rows(s, None))}
-        for device, problem, result, extra in entries:
-            existing = stored.get((device.name, device.sm_count, problem))
-            replace = overwrite or (refresh_imported and existing is not None
-                                    and existing.source == "imported"
-                                    and (existing.config, existing.median_us)
-                                    != (result.config, result.median_us))
-            if existing is not None and not replace:
-                counts["kept_existing"] += 1
-                continue
-            self.set_best(device, problem, result, measurement_id=None,
-                          study=extra["study"], trials=extra["trials"],
-                          sdpa_default_us=extra["sdpa_default_us"],
-                          sdpa_flash_us=extra["sdpa_flash_us"], source="imported")
-            counts["imported"] += 1
+        counts = {"imported": 0, "kept_existing": 0, "duplicates": 0}
+        with self._transaction() as s, s.no_autoflush:
+            rows = self._best_rows(s, None)
+            stored = {(r.device.name, r.device.compute_capability, r.device.sm_count,
+                       r.problem): r for r in self._records_of(rows)}
+            chosen: dict[Any, ImportEntry] = {}
+            for entry in entries:
+                if entry.key in chosen:
+                    counts["duplicates"] += 1
+                elif self._replaces(stored.get(entry.key), entry, overwrite, refresh_imported):
+                    chosen[entry.key] = entry
+                else:
+                    counts["kept_existing"] += 1
+            # The rows the entries refer to, looked up and created in bulk (one flush), not
+            # one round trip per entry: a shared results file can hold 100k+ entries.
+            devices = {d: self._device(s, d).id for d in {e.device for e in chosen.values()}}
+            problems = self._problem_ids(s, {e.problem for e in chosen.values()})
+            configs = self._config_ids(s, {e.result.config for e in chosen.values()})
+            existing = {(row.device_id, row.problem_id): row for row in rows}
+            for entry in chosen.values():
+                ids = (devices[entry.device], problems[entry.problem])
+                self._put_best(
+                    s, *ids, configs[entry.result.config], entry.problem, entry.result,
+                    measurement_id=None, study=entry.study, trials=entry.trials,
+                    sdpa_default_us=entry.sdpa_default_us, sdpa_flash_us=entry.sdpa_flash_us,
+                    source="imported",
+                    row=existing.get(ids) or BestConfig(device_id=ids[0], problem_id=ids[1]))
+                counts["imported"] += 1
         return counts
 
+    @staticmethod
+    def _problem_ids(s: Session, wanted: set[Problem]) -> dict[Problem, int]:
+        known = {_problem_of(row): row for row in s.scalars(select(ProblemRow))}
+        new = {p: ProblemRow(**p.as_dict()) for p in wanted if p not in known}
+        s.add_all(new.values())
+        s.flush()
+        return {p: (known.get(p) or new[p]).id for p in wanted}
 
-def _positive(value: Any, name: str, optional: bool = False) -> float | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value > 0):
-        raise BrokenRow(f"{name} must be a positive number, got {value!r}")
-    return float(value)
+    @staticmethod
+    def _config_ids(s: Session, wanted: set[Config]) -> dict[Config, int]:
+        by_digest = {c.digest: c for c in wanted}
+        known = {row.digest: row for row in s.scalars(select(KernelConfig))
+                 if row.digest in by_digest}
+        new = {d: KernelConfig(digest=d, family=c.family, config_json=c.to_json())
+               for d, c in by_digest.items() if d not in known}
+        s.add_all(new.values())
+        s.flush()
+        return {c: (known.get(c.digest) or new[c.digest]).id for c in wanted}
 
-
-def _violations_on(config: Config, device: DeviceInfo) -> list[str]:
-    """Why `config` cannot run on `device`, by its family's space: compute capability, then
-    the static constraints where the device's limits are known."""
-    space = load_space(config.family)
-    if not space.supports(device.compute_capability):
-        return [f"family {config.family} runs on {space.cc_range()}"]
-    try:
-        target = target_for_arch(device.compute_capability)
-    except ValueError:  # a GPU model this release has no table entry for
-        return []
-    return space.violations(config, target)
-
-
-def parse_export(data: Any) -> list[tuple[DeviceInfo, Problem, TrialResult, dict[str, Any]]]:
-    """Validate an exported document; raise BrokenRow listing every bad entry."""
-    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-        raise BrokenRow(f"not a {EXPORT_FORMAT} document")
-    if data.get("version") != EXPORT_VERSION:
-        raise BrokenRow(f"export version {data.get('version')!r} is not {EXPORT_VERSION}")
-    results = data.get("results")
-    if not isinstance(results, list):
-        raise BrokenRow("'results' must be a list")
-    parsed, errors = [], []
-    for i, entry in enumerate(results):
-        try:
-            if not isinstance(entry, dict):
-                raise BrokenRow("entry is not an object")
-            d = entry.get("device") or {}
-            device = DeviceInfo(str(d["name"]), int(d["compute_capability"]), int(d["sm_count"]),
-                                str(d["driver_version"]), str(d["cuda_version"]))
-            problem = Problem(**entry["problem"])
-            config = validate_config(Config.from_dict(entry["config"]))
-            if entry.get("family", config.family) != config.family:
-                raise BrokenRow(f"family {entry['family']!r} but a {config.family} config")
-            reasons = _violations_on(config, device)
-            if reasons:
-                raise BrokenRow(f"{config.family} config cannot run on {device.name} "
-                                f"(sm_{device.compute_capability}): {'; '.join(reasons)}")
-            mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
-            if mismatch:
-                raise BrokenRow(f"config is for another problem class ({mismatch} differ)")
-            median = _positive(entry.get("median_us"), "median_us")
-            extra = {
-                "sdpa_default_us": _positive(entry.get("sdpa_default_us"), "sdpa_default_us",
-                                             optional=True),
-                "sdpa_flash_us": _positive(entry.get("sdpa_flash_us"), "sdpa_flash_us",
-                                           optional=True),
-                "trials": int(entry.get("trials", 0)),
-                "study": str(entry.get("study", "imported")),
-            }
-            parsed.append((device, problem, TrialResult(config, "ok", median_us=median), extra))
-        except (BrokenRow, InvalidConfig, KeyError, TypeError, ValueError) as exc:
-            errors.append(f"entry #{i}: {exc}")
-    if errors:
-        raise BrokenRow("refused, nothing imported:\n  " + "\n  ".join(errors))
-    return parsed
+    @staticmethod
+    def _replaces(existing: BestRecord | None, entry: ImportEntry, overwrite: bool,
+                  refresh_imported: bool) -> bool:
+        if existing is None or overwrite:
+            return True
+        return refresh_imported and existing.source == "imported" and (
+            existing.config, existing.median_us) != (entry.result.config, entry.result.median_us)

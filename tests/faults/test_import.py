@@ -28,7 +28,6 @@ def stored(url: str) -> int:
     return len(TuningStore(url).list_best())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: import writes row by row")
 def test_a_bad_entry_after_good_ones_imports_nothing(url: str) -> None:
     # 1e-320 us passes a "positive and finite" check and then divides by zero on the way in
     entries = [export_entry(512), export_entry(1024), export_entry(4096, median_us=1e-320)]
@@ -37,7 +36,6 @@ def test_a_bad_entry_after_good_ones_imports_nothing(url: str) -> None:
     assert stored(url) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: import writes row by row")
 def test_an_import_is_one_transaction(url: str) -> None:
     store = TuningStore(url)
     commits: list[int] = []
@@ -79,7 +77,6 @@ ABSURD = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: absurd values are accepted")
 @pytest.mark.parametrize("what, changes, fragment", ABSURD, ids=[a[0] for a in ABSURD])
 def test_absurd_values_are_refused_by_name(url: str, what: str, changes: dict[str, Any],
                                           fragment: str) -> None:
@@ -90,7 +87,6 @@ def test_absurd_values_are_refused_by_name(url: str, what: str, changes: dict[st
     assert stored(url) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: an unknown GPU skips the static constraints")
 def test_static_constraints_apply_on_a_gpu_this_release_does_not_know(url: str) -> None:
     # 3 stages of 128x128 K/V tiles at D=256 need far more shared memory than any GPU has
     too_big = sm80_config(head_dim=256, block_m=128, block_n=128, num_warps=8, kv_stages=3)
@@ -106,7 +102,6 @@ def test_a_gpu_this_release_does_not_know_is_welcome(url: str) -> None:
     assert TuningStore(url).import_results(export_doc([entry]))["imported"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: duplicates are counted as imported rows")
 def test_duplicate_entries_are_reported(url: str) -> None:
     store = TuningStore(url)
     counts = store.import_results(export_doc([export_entry(), export_entry()]))
@@ -122,7 +117,6 @@ def run_import(path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> tupl
     return rc, capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: deep nesting is a RecursionError traceback")
 def test_deeply_nested_json_is_refused_with_a_message(
         tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "deep.json"
@@ -137,7 +131,6 @@ def test_deeply_nested_json_is_refused_with_a_message(
     assert stored(url) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: any file size is read")
 def test_a_file_over_256_mib_is_refused_unread(tmp_path: Path, url: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "huge.json"
@@ -147,7 +140,6 @@ def test_a_file_over_256_mib_is_refused_unread(tmp_path: Path, url: str,
     assert rc == 2 and "256 MiB" in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: string lengths are bounded on PostgreSQL only")
 def test_string_columns_have_one_bound_on_every_database(url: str) -> None:
     """A record written by the tuner itself (not an import) with a device name longer than its
     column is refused on SQLite as it is on PostgreSQL, before anything is written."""
@@ -161,7 +153,6 @@ def test_string_columns_have_one_bound_on_every_database(url: str) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="issue 12: a long name is a DataError on PostgreSQL")
 def test_postgres_gets_a_message_not_a_data_error(postgres_url: str) -> None:
     store = TuningStore(postgres_url)
     entries = [export_entry(512), export_entry(device=device(name="N" * 10_000))]

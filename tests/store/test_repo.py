@@ -94,8 +94,8 @@ def test_export_import_round_trip(store: TuningStore, tmp_path: Path) -> None:
     put_best(store, Problem(1, 32, 8, 8192, 8192, 64, "bf16", True), 1500.0, block_m=64)
     data = json.loads(json.dumps(store.export()))
     other = TuningStore(f"sqlite:///{tmp_path}/other.db")
-    assert other.import_results(data) == {"imported": 2, "kept_existing": 0}
-    assert other.import_results(data) == {"imported": 0, "kept_existing": 2}
+    assert other.import_results(data) == {"imported": 2, "kept_existing": 0, "duplicates": 0}
+    assert other.import_results(data) == {"imported": 0, "kept_existing": 2, "duplicates": 0}
     mine = {(r.problem, r.config, r.median_us, r.sdpa_default_us) for r in store.list_best()}
     theirs = {(r.problem, r.config, r.median_us, r.sdpa_default_us) for r in other.list_best()}
     assert mine == theirs
@@ -105,7 +105,7 @@ def test_export_import_round_trip(store: TuningStore, tmp_path: Path) -> None:
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda e: e["config"].update(block_m=96), "block_m = 96"),
     (lambda e: e["config"].update(head_dim=64), "another problem class"),
-    (lambda e: e.update(median_us=-1), "median_us must be a positive number"),
+    (lambda e: e.update(median_us=-1), "median_us must be a time from 0.5 us"),
     (lambda e: e["problem"].update(heads_kv=5), "multiple of heads_kv"),
     (lambda e: e.pop("device"), "entry #0"),
 ])
@@ -160,7 +160,7 @@ def test_export_import_round_trip_keeps_each_family(store: TuningStore, tmp_path
     data = json.loads(json.dumps(store.export()))
     assert sorted(e["family"] for e in data["results"]) == ["sm80", "sm90"]
     other = TuningStore(f"sqlite:///{tmp_path}/other.db")
-    assert other.import_results(data) == {"imported": 2, "kept_existing": 0}
+    assert other.import_results(data) == {"imported": 2, "kept_existing": 0, "duplicates": 0}
     imported = other.best(H200, gqa)
     assert imported is not None and imported.config == config and imported.median_us == 1100.0
     with other.engine.connect() as c:
