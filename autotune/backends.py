@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._jsonfile import read_json
 from .compiler import OK, BuildResult, compile_many
 from .compiler import build_key as current_build_key
 from .config import Config
@@ -23,7 +23,7 @@ from .problem import Problem
 from .ptxas import PtxasReport
 from .space import supported_families
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
-from .target import Target, target_for_arch
+from .target import Target, target_for_capability
 
 # Build keys of the replay backend: a recorded measurement, not a build of this machine.
 REPLAY_KEY_PREFIX = "replay-"
@@ -102,7 +102,7 @@ class GpuBackend:
         self._device = DeviceInfo(reply["name"], reply["compute_capability"],
                                   reply["sm_count"], reply["driver_version"],
                                   reply["cuda_version"])
-        base = target_for_arch(reply["compute_capability"])
+        base = target_for_capability(reply["compute_capability"])
         self._target = Target(base.cc, reply["max_smem_per_block"] or base.max_smem_per_block,
                               reply["name"])
 
@@ -186,22 +186,33 @@ class ReplayBackend:
             recordings = [recordings]
         if not recordings:
             raise ValueError("the replay backend needs at least one recording")
-        self.recordings: list[dict[str, Any]] = [
-            json.loads(r.read_text()) if isinstance(r, Path) else dict(r) for r in recordings]
-        dev = self.recordings[0]["device"]
-        self._device = DeviceInfo(dev["name"], dev["compute_capability"], dev["sm_count"],
-                                  dev["driver_version"], dev["cuda_version"])
-        base = target_for_arch(dev["compute_capability"])
-        self._target = Target(base.cc, dev.get("max_smem_per_block") or base.max_smem_per_block,
-                              dev["name"])
         self.faults = dict(faults or {})
         self.build_calls: list[Config] = []
         self._families: list[str] = []
         self._rows: dict[tuple[str, Problem], dict[str, dict[str, Any]]] = {}
         self._sdpa: dict[Problem, dict[str, Any]] = {}
         self._builds: dict[str, dict[str, Any]] = {}
-        for data in self.recordings:
-            self._add(data)
+        self.recordings: list[dict[str, Any]] = []
+        for i, recording in enumerate(recordings):
+            where = str(recording) if isinstance(recording, Path) else f"recording #{i}"
+            data = read_json(recording) if isinstance(recording, Path) else recording
+            try:
+                if not isinstance(data, Mapping):
+                    raise ValueError("not a JSON object")
+                if i == 0:
+                    self._describe(data["device"])
+                self._add(data)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{where} is not a recording of benchmarks/sweep.py: "
+                                 f"{exc!s}") from None
+            self.recordings.append(dict(data))
+
+    def _describe(self, dev: Mapping[str, Any]) -> None:
+        self._device = DeviceInfo(dev["name"], dev["compute_capability"], dev["sm_count"],
+                                  dev["driver_version"], dev["cuda_version"])
+        base = target_for_capability(dev["compute_capability"])
+        self._target = Target(base.cc, dev.get("max_smem_per_block") or base.max_smem_per_block,
+                              dev["name"])
 
     def _add(self, data: Mapping[str, Any]) -> None:
         family = data.get("family")
@@ -235,6 +246,13 @@ class ReplayBackend:
     def problems(self) -> list[Problem]:
         """Every recorded problem, in the order of the recordings."""
         return list(self._sdpa)
+
+    def require_recorded(self, problems: Sequence[Problem]) -> None:
+        """ValueError naming the problems no recording holds (a session cannot replay them),
+        so that a session refuses them before it starts rather than midway."""
+        missing = [p for p in problems if p not in self._sdpa]
+        if missing:
+            raise ValueError(self._not_recorded(missing))
 
     def rows(self, problem: Problem, family: str | None = None) -> list[dict[str, Any]]:
         """The recorded rows of a problem: of one family, or of every family."""
@@ -274,8 +292,7 @@ class ReplayBackend:
 
     def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
         if problem not in self._sdpa:
-            known = "; ".join(p.describe() for p in self._sdpa)
-            raise KeyError(f"no recording of {problem.describe()} (recorded: {known})")
+            raise ValueError(self._not_recorded([problem]))
         row = self._rows.get((config.family, problem), {}).get(config.digest)
         if row is None:
             return {"status": "invalid", "reason": "not in the recorded space"}
@@ -303,8 +320,13 @@ class ReplayBackend:
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
         sdpa = self._sdpa.get(problem)
         if sdpa is None:
-            raise KeyError(f"no recording of {problem.describe()}")
+            raise ValueError(self._not_recorded([problem]))
         return _baselines_from_reply(sdpa)
+
+    def _not_recorded(self, problems: Sequence[Problem]) -> str:
+        known = "; ".join(p.describe() for p in self._sdpa)
+        return (f"{', '.join(p.describe() for p in problems)} not recorded in the replayed "
+                f"recordings (they hold: {known})")
 
     def close(self) -> None:
         pass

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_tuning
+from ._jsonfile import JsonInputError, loads_json, read_json
 from ._table import render_table
 from .build_table import build_table
 from .cache import CacheNotWritable
 from .compiler import BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
 from .space import load_space
-from .store.schema import SchemaError
+from .store.schema import StoreError
 from .target import Target, default_target, target_for_arch
 from .toolchain import ToolchainError, toolchain
 
@@ -47,18 +48,15 @@ def _parse_value(text: str) -> Value:
 def _read_config_arg(arg: str) -> list[Config]:
     """A JSON config, a JSON list of configs, or @path to a file holding either."""
     if arg.startswith("@"):
-        path = Path(arg[1:])
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-        where = str(path)
+        where = arg[1:]
+        read = lambda: read_json(where)  # noqa: E731
     else:
-        text, where = arg, "--config"
+        where = "--config"
+        read = lambda: loads_json(arg, where)  # noqa: E731
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: not valid JSON ({exc})") from None
+        data = read()
+    except JsonInputError as exc:
+        raise UsageError(str(exc)) from None
     items = data if isinstance(data, list) else [data]
     configs = []
     for i, item in enumerate(items):
@@ -354,15 +352,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return " ".join(lines) if len(lines) <= 3 else f"{' '.join(lines[:3])} ..."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Every error a user can meet (bad input, a file or database that cannot
+    be used, a missing toolchain) is one line on stderr and exit status 2, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except UsageError as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (InvalidConfig, ToolchainError, ValueError, SchemaError, CacheNotWritable) as exc:
-        print(f"cute-autotune: {exc}", file=sys.stderr)
+    except (InvalidConfig, ToolchainError, ValueError, StoreError, CacheNotWritable) as exc:
+        print(f"cute-autotune: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except SQLAlchemyError as exc:  # a database error met outside our store (Optuna's tables)
+        reason = getattr(exc, "orig", None) or exc
+        print(f"cute-autotune: database error: {_one_line(str(reason))}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"cute-autotune: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

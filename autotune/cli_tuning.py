@@ -16,7 +16,7 @@ from .search import Progress, SearchSettings, TuneOutcome
 from .shapes import load_shape_set
 from .store.records import BestRecord, TrialResult
 from .store.repo import BrokenRow, TuningStore
-from .store.schema import default_url, make_engine, upgrade
+from .store.schema import default_url, describe, make_engine, upgrade
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -62,6 +62,7 @@ def _families_arg(values: list[str] | None) -> list[str] | None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .backends import ReplayBackend
     from .search import families_to_search, study_name
     from .tuning import open_backend, tune
 
@@ -91,6 +92,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     outcomes: list[TuneOutcome] = []
     backend = open_backend(args.replay)
     try:
+        if isinstance(backend, ReplayBackend):
+            backend.require_recorded(problems)
         families = families_to_search(backend, _families_arg(args.family))
     except ValueError:
         backend.close()
@@ -266,7 +269,7 @@ def cmd_best(args: argparse.Namespace) -> int:
           f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
           f"{r.trials} trials, {r.source}")
     if args.json:
-        timed = TuningStore(args.db).timed_build_keys(r.device.name)
+        timed = TuningStore(args.db, create=False).timed_build_keys(r.device.name)
         Path(args.json).write_text(json.dumps({
             "match": answer.match, "distance": answer.distance, **_record_json(r),
             "timed_kernel": _timed_kernel(r, timed.get((r.device.name, r.problem)))}, indent=1))
@@ -274,7 +277,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    store = TuningStore(args.db)
+    store = TuningStore(args.db, create=False)
     records = store.list_best(args.device)
     timed = store.timed_build_keys(args.device)
     print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",
@@ -284,7 +287,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     broken = store.broken_rows()
     for reason in broken:
         print(f"refused a stored row: {reason}", file=sys.stderr)
-    print(f"\n{len(records)} tuned problems in {store.url}")
+    print(f"\n{len(records)} tuned problems in {describe(store.url)}")
     return 0
 
 
@@ -292,7 +295,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    data = TuningStore(args.db).export(args.device)
+    data = TuningStore(args.db, create=False).export(args.device)
     text = json.dumps(data, indent=1)
     if args.output:
         Path(args.output).write_text(text + "\n")

@@ -18,11 +18,12 @@ compile; each cubin is loaded once per process.
 
 from __future__ import annotations
 
-import json
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._jsonfile import JsonInputError, read_json
 from ._paths import db_dir
 from .compiler import compile_config, lookup
 from .config import Config
@@ -76,8 +77,8 @@ def shipped_results() -> list[dict[str, Any]]:
     found = []
     for path in sorted(db_dir().glob("*.json")):
         try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            found.append(read_json(path))
+        except JsonInputError:
             continue
     return found
 
@@ -92,6 +93,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
         self._seeded: set[str] = set()
+        self._warned_db = False
         self.db_queries = 0  # for tests: a repeated call must not touch the database
 
     def store(self) -> TuningStore:
@@ -130,8 +132,11 @@ class Dispatcher:
         return decision
 
     def _candidates(self, problem: Problem, device: DeviceInfo,
-                    target: Target) -> list[Decision]:
+                    target: Target) -> tuple[list[Decision], list[str]]:
+        """The options in order of preference, and why better ones are missing (a database
+        that cannot be used, a row refused): reasons the decision keeps."""
         options: list[Decision] = []
+        notes: list[str] = []
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
@@ -148,15 +153,18 @@ class Dispatcher:
                                         record.problem, distance, record.median_us,
                                         record.tflops, record.speedup_vs_default))
         except BrokenRow as exc:
-            options.append(Decision(FALLBACK, f"refused a database row: {exc}"))
+            notes.append(f"refused a database row: {exc}")
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
-            options.append(Decision(FALLBACK, f"tuning database unavailable: {exc}"))
-        options = [o for o in options if o.config is not None]
+            notes.append(f"tuning database unavailable: {exc}")
+            if not self._warned_db:
+                self._warned_db = True
+                warnings.warn(f"cute-autotune: tuning database unavailable, dispatch uses the "
+                              f"built-in defaults: {exc}", stacklevel=2)
         heuristic = default_config(problem.space_values(), target)
         if heuristic is not None:
             options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
                                     "causality on this GPU", heuristic))
-        return options
+        return options, notes
 
     def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
         return device_info(device_index), target_for_device(device_index)
@@ -165,8 +173,8 @@ class Dispatcher:
         device, target = self._identify(device_index)
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
-        problems: list[str] = []
-        for option in self._candidates(problem, device, target):
+        options, problems = self._candidates(problem, device, target)
+        for option in options:
             assert option.config is not None
             reasons = load_space(option.config.family).violations(option.config, target)
             if reasons:

@@ -61,8 +61,9 @@ def best_config(problem: Problem, *, db: str | None = None,
                 ) -> BestAnswer | None:
     """The stored best config for `problem`: an exact match, else the nearest tuned problem of
     the same dtype, head dim and causality (when `nearest`), else None. `device` narrows the
-    search to one GPU (a DeviceInfo, or a device name such as "NVIDIA H200")."""
-    store = TuningStore(db)
+    search to one GPU (a DeviceInfo, or a device name such as "NVIDIA H200"). Reads only: a
+    database that does not exist is a StoreError, not a new one."""
+    store = TuningStore(db, create=False)
     exact = store.best(device, problem)
     if exact is not None:
         return BestAnswer(exact, "exact", 0.0)

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from ..compiler import BuildResult
@@ -30,7 +31,7 @@ from .models import (
     check_column_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
-from .schema import head_revision, open_engine
+from .schema import database_error, default_url, head_revision, open_engine
 
 __all__ = ["BrokenRow", "TuningStore", "problem_distance"]
 
@@ -90,16 +91,28 @@ def _get_or_create(s: Session, model: type[RowT], identity: dict[str, Any],
 
 
 class TuningStore:
-    def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
-        self.engine = engine or open_engine(url)
-        self.url = str(self.engine.url)
+    """The tuning database. `create=False` opens it for reading only (`list`, `best`,
+    `export`): a database that does not exist is an error, not a new empty one. Every database
+    error a method meets is a StoreError naming the database."""
+
+    def __init__(self, url: str | None = None, engine: Engine | None = None, *,
+                 create: bool = True) -> None:
+        if engine is not None:
+            self.engine = engine
+            self.url = engine.url.render_as_string(hide_password=False)
+        else:
+            self.url = url or default_url()
+            self.engine = open_engine(self.url, create=create)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", check_column_bounds)
 
     @contextmanager
     def _transaction(self) -> Iterator[Session]:
-        with self._sessions() as session, session.begin():
-            yield session
+        try:
+            with self._sessions() as session, session.begin():
+                yield session
+        except DBAPIError as exc:
+            raise database_error(self.url, exc) from None
 
     # -- get-or-create helpers (inside a transaction) ---------------------------------------
 

@@ -6,25 +6,39 @@ URL works (`--db URL` or $CUTE_AUTOTUNE_DB), PostgreSQL included.
 
 A fresh or empty database is created at the newest schema. An older one is never changed
 behind the user's back: opening it raises SchemaOutdated, whose message names the command that
-upgrades it.
+upgrades it. A read-only open (`create=False`: `list`, `best`, `export`) creates nothing: no
+folder, no file, no tables, and SQLite files are opened read-only.
+
+Every way a database can be unusable (a URL that is not one, a driver that is not installed, a
+file that is not a database or is damaged, a folder that cannot be written) is a StoreError
+whose one-line message names the database and what to do.
 """
 
 from __future__ import annotations
 
 import os
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event, inspect
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from .._paths import cache_dir, db_dir
 
 VERSION_TABLE = "cute_autotune_schema"
 DB_ENV = "CUTE_AUTOTUNE_DB"
+# What to install for the DB-API modules SQLAlchemy's dialects import.
+_DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'",
+                    "MySQLdb": "mysqlclient", "pymysql": "pymysql", "asyncpg": "asyncpg"}
 
 
-class SchemaError(RuntimeError):
+class StoreError(RuntimeError):
+    """The tuning database cannot be used; the message (one line) names it and says why."""
+
+
+class SchemaError(StoreError):
     pass
 
 
@@ -65,17 +79,79 @@ def known_revisions() -> list[str]:
     return [rev.revision for rev in reversed(list(script.walk_revisions()))]
 
 
-def make_engine(url: str) -> Engine:
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        path = url[len("sqlite:///"):]
-        if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    engine = create_engine(url, future=True)
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).expanduser()
+
+
+def describe(url: str | URL) -> str:
+    """How messages name a database: a SQLite file by its path, others by URL (no password)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    path = sqlite_path(parsed)
+    return str(path) if path is not None else parsed.render_as_string(hide_password=True)
+
+
+def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
+    """The one-line StoreError for a database error (the driver's own first line, and what
+    usually causes it)."""
+    reason = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()
+    text = reason[0] if reason else type(exc).__name__
+    hints = {
+        "unable to open database file": "the file or its folder cannot be opened; a SQLite "
+        "database in WAL mode needs its folder writable, even to be read",
+        "readonly database": "the file or its folder is read-only",
+        "is not a database": "the file is not a SQLite database",
+        "malformed": "the file is damaged: restore it from a backup, or point --db elsewhere",
+        "locked": "another process holds a write lock for longer than the busy timeout",
+    }
+    hint = next((h for key, h in hints.items() if key in text), "")
+    return StoreError(f"the tuning database {describe(url)} cannot be used: {text}"
+                      + (f" ({hint})" if hint else ""))
+
+
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """An engine on `url` (StoreError if the URL is not one or its driver is missing). With
+    `create=False` a SQLite file must exist and is opened read-only."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"{url!r} is not a database URL (e.g. sqlite:////path/tuning.db or "
+                         "postgresql+psycopg://user@host/dbname)") from None
+    path = sqlite_path(parsed)
+    if path is not None and not create and not path.is_file():
+        raise StoreError(f"no tuning database at {path}: nothing has been tuned or imported "
+                         "there (check --db; `cute-autotune tune` or `import` creates one)")
+    if path is not None and create:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder of the tuning database {path}: "
+                             f"{exc.strerror}") from None
+    target: str | URL = parsed
+    if path is not None and not create:
+        # read-only at the file level: SQLite then creates no database, and writes nothing
+        target = parsed.set(database=f"file:{path}?mode=ro", query={"uri": "true"})
+    try:
+        engine = create_engine(target)
+    except NoSuchModuleError:
+        raise StoreError(f"{parsed.render_as_string()!r} is not a database URL: SQLAlchemy has "
+                         f"no dialect {parsed.drivername!r}") from None
+    except ImportError as exc:
+        module = exc.name or str(exc)
+        package = _DRIVER_PACKAGES.get(module, module)
+        raise StoreError(f"the database URL {parsed.render_as_string()} needs the Python module "
+                         f"{module!r}, which is not installed: pip install {package}"
+                         + (" (or use a postgresql+psycopg:// URL with pip install "
+                            "'psycopg[binary]')" if parsed.get_backend_name() == "postgresql"
+                            else "")) from None
     if engine.dialect.name == "sqlite":
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            if create:  # a read-only connection reads a WAL database as it is
+                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
@@ -103,14 +179,17 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     return before, head_revision()
 
 
-def check_schema(engine: Engine, url: str) -> None:
+def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     revision = current_revision(engine)
     head = head_revision()
     if revision is None:
         ours = {"devices", "kernel_configs", "measurements", "best_configs"}
         if ours & set(inspect(engine).get_table_names()):
-            raise SchemaError(f"{url} has cute-autotune tables but no schema version; it was not "
-                              "made by cute-autotune or is damaged")
+            raise SchemaError(f"{describe(url)} has cute-autotune tables but no schema version; "
+                              "it was not made by cute-autotune or is damaged")
+        if not create:
+            raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
+                              "into it first)")
         upgrade(engine)  # a new database (or one holding only Optuna's tables)
         return
     if revision == head:
@@ -124,9 +203,14 @@ def check_schema(engine: Engine, url: str) -> None:
                       "release; upgrade cute-autotune")
 
 
-def open_engine(url: str | None = None) -> Engine:
-    """An engine on a database at the newest schema (created if new; refused if old)."""
+def open_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine on a database at the newest schema (created if new and `create`; refused if
+    old). Every failure is a StoreError."""
     url = url or default_url()
-    engine = make_engine(url)
-    check_schema(engine, url)
+    engine = make_engine(url, create=create)
+    try:
+        check_schema(engine, url, create=create)
+    except DBAPIError as exc:
+        engine.dispose()
+        raise database_error(url, exc) from None
     return engine

@@ -57,7 +57,6 @@ def truncated(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:5000])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: database errors are tracebacks")
 @pytest.mark.parametrize("damage", [not_a_database, garbled, truncated])
 @pytest.mark.parametrize("command", [["list"], ["export"], ["best", "--heads-q", "16",
                                                             "--seqlen-q", "512",
@@ -72,7 +71,6 @@ def test_a_damaged_database_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert str(path) in err and "database" in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: database errors are tracebacks")
 @pytest.mark.parametrize("url, fragment", [
     ("notaurl", "not a database URL"),
     ("nosuchdialect://x/y", "not a database URL"),
@@ -83,7 +81,6 @@ def test_a_url_that_is_not_one_is_one_line(url: str, fragment: str,
     assert fragment in err and url in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a missing driver is a ModuleNotFoundError")
 @pytest.mark.parametrize("url, module", [("postgresql+psycopg2://u@localhost/tuning", "psycopg2"),
                                          ("mysql://u@localhost/tuning", "MySQLdb")])
 def test_a_url_whose_driver_is_missing_says_which(url: str, module: str,
@@ -94,7 +91,6 @@ def test_a_url_whose_driver_is_missing_says_which(url: str, module: str,
     assert module in err and "pip install" in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a WAL database in a read-only folder")
 def test_a_wal_database_in_a_read_only_folder_is_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "shared"
@@ -110,7 +106,6 @@ def test_a_wal_database_in_a_read_only_folder_is_one_line(
         assert str(folder / "tuning.db") in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: read-only commands create databases")
 @pytest.mark.parametrize("command", [["list"], ["export"], ["best", "--heads-q", "16",
                                                             "--seqlen-q", "512",
                                                             "--head-dim", "128"]])
@@ -122,7 +117,6 @@ def test_read_only_commands_create_nothing(tmp_path: Path, capsys: pytest.Captur
     assert not typo.parent.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: --replay errors are tracebacks")
 @pytest.mark.parametrize("args, fragment", [
     (["--replay", "/no/such/recording.json", "--heads-q", "16", "--seqlen-q", "2048"],
      "/no/such/recording.json"),
@@ -135,7 +129,6 @@ def test_replay_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert fragment in err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a recording that is not one is a traceback")
 def test_a_recording_that_is_not_one_is_one_line(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "recording.json"
@@ -149,7 +142,6 @@ def test_a_recording_that_is_not_one_is_one_line(tmp_path: Path,
 P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: dispatch drops the database error")
 def test_dispatch_keeps_the_database_error_as_its_reason(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "tuning.db"
