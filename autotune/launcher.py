@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from functools import cache
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -62,8 +62,14 @@ def build_launcher(force: bool = False) -> Path:
     target = directory / (MODULE_NAME + importlib.machinery.EXTENSION_SUFFIXES[0])
     if target.is_file() and not force:
         return target
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock_file = open(directory / ".lock", "w")  # noqa: SIM115 - held for the build below
+    except OSError as exc:
+        raise LauncherBuildError(
+            f"cannot build the launcher in {directory} ({exc.strerror}): set "
+            "CUTE_AUTOTUNE_CACHE to a writable folder") from None
+    with lock_file as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file() and not force:
             return target
@@ -93,9 +99,22 @@ def build_launcher(force: bool = False) -> Path:
     return target
 
 
-@cache
+_module: ModuleType | None = None
+_module_lock = threading.Lock()
+
+
 def launcher() -> ModuleType:
-    """The imported launcher extension (built on first use)."""
+    """The imported launcher extension (built on first use; once per process, whichever
+    thread asks first)."""
+    global _module
+    with _module_lock:
+        if _module is None:
+            _module = import_launcher()
+        return _module
+
+
+def import_launcher() -> ModuleType:
+    """Build (if needed) and import the extension, without the per-process memo."""
     path = build_launcher()
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     if spec is None or spec.loader is None:

@@ -1,11 +1,19 @@
 """`autotune.attention`: a drop-in for torch's scaled_dot_product_attention forward that runs the
 tuned CuTe kernel for the GPU and shape at hand.
 
-Misuse (inconsistent shapes, Hq % Hkv != 0, mixed devices or dtypes, an unknown layout) raises
-a ValueError naming the problem. Inputs that are valid attention but that the kernels cannot run
-(CPU tensors, fp32, an unsupported head dim, a non-contiguous head dimension, misaligned
-strides, inputs that require grad, an old GPU, no kernel for the problem) go to torch SDPA with
-a warning, once per reason; `strict=True` or CUTE_AUTOTUNE_STRICT=1 raises instead.
+Misuse raises a ValueError (InputError) naming the argument, whichever path would run: an
+argument that is not a tensor, a dtype attention is not defined in (integers, bool, complex,
+float8), a scale that is not a finite number > 0, a flag that is not a bool, inconsistent shapes,
+Hq % Hkv != 0, mixed devices or dtypes, an unknown layout. Inputs that are valid attention but
+that the kernels cannot run (CPU tensors, fp32, an unsupported head dim, a non-contiguous head
+dimension, misaligned pointers or strides, inputs that require grad, an old GPU, no kernel for
+the problem) go to torch SDPA with a warning, once per reason; `strict=True` or
+CUTE_AUTOTUNE_STRICT=1 raises instead. Misaligned CUDA inputs are copied to aligned memory
+before SDPA sees them (torch 2.11's default backend returned wrong results for such a view and
+broke the CUDA context).
+
+Safe to call from several threads: the dispatcher, the launcher, the per-geometry memo and the
+loaded cubins are each made once under a lock.
 
 It is also the custom op `torch.ops.cute_autotune.attention` with a fake implementation, so
 torch.compile(fullgraph=True) traces through it, and it can be captured in CUDA graphs (after a
@@ -15,6 +23,7 @@ first call outside the capture has made the per-problem decision).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 import warnings
@@ -65,14 +74,25 @@ def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
     global _dispatcher
     if compile_on_miss is None:
         compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
+    made = Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
     with _lock:
-        _dispatcher = Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
+        _dispatcher = made
         _prepared.clear()
-    return _dispatcher
+    return made
 
 
 def dispatcher() -> Dispatcher:
-    return _dispatcher or configure()
+    if _dispatcher is None:
+        with _lock:  # the first calls of several threads make one dispatcher, not one each
+            if _dispatcher is None:
+                _install_default()
+    assert _dispatcher is not None
+    return _dispatcher
+
+
+def _install_default() -> None:
+    global _dispatcher
+    _dispatcher = Dispatcher(compile_on_miss=os.environ.get(COMPILE_ENV, "1") != "0")
 
 
 def _strict(strict: bool | None) -> bool:
@@ -84,6 +104,31 @@ def _head_dims() -> tuple[int, ...]:
     """The head dims some kernel family has (dispatch then finds one that runs on the GPU)."""
     return tuple(sorted({int(d) for f in families()
                          for d in load_space(f).params["head_dim"].values}))
+
+
+# What attention is defined in (torch SDPA's dtypes); fp16 and bf16 also run the kernels.
+_ATTENTION_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+
+
+def check_arguments(q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None,
+                    return_lse: Any = False) -> None:
+    """The one check of `attention`'s arguments, made before either path (the tuned kernels
+    or torch SDPA) sees them; InputError names the argument."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if str(t.dtype) not in _ATTENTION_DTYPES:
+            raise InputError(f"{name} has dtype {t.dtype}; attention needs float16, bfloat16, "
+                             "float32 or float64")
+    for name, flag in (("causal", causal), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise InputError(f"{name} must be True or False, got {flag!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
+                              or not (math.isfinite(scale) and float(scale) > 0)):
+        raise InputError(f"scale must be a finite number > 0 (None: 1/sqrt(head dim)), "
+                         f"got {scale!r}")
 
 
 def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -123,6 +168,8 @@ def _fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         warnings.warn(f"cute-autotune: falling back to torch SDPA: {reason}", stacklevel=3)
     from .sdpa import sdpa_call
 
+    q, k, v = (_aligned(t) for t in (q, k, v))
+
     out = sdpa_call("default", q, k, v, causal=causal, scale=scale, layout=layout)()
     out = out if layout == "bhld" else out.transpose(1, 2)
     if not return_lse:
@@ -133,6 +180,20 @@ def _fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                  scale=scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
                                  layout=layout)
     return out, lse
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a dense copy of it when its data pointer or a stride is not 16-byte aligned: no
+    SDPA backend is handed memory it may mishandle (a copy keeps autograd's graph)."""
+    if t.device.type != "cuda":
+        return t
+    elem = t.element_size()
+    if not t.data_ptr() % ALIGN_BYTES and (t.is_contiguous() or (
+            t.stride(-1) == 1 and not any((s * elem) % ALIGN_BYTES for s in t.stride()[:-1]))):
+        return t
+    import torch
+
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _stream(device: torch.device) -> int:
@@ -168,8 +229,6 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     out = torch.empty_like(q)  # the output's geometry: q's shape, dense, in q's memory format
     strides = [tuple(logical_bhld(t, layout).stride()[:3]) for t in (q, k, v, out)]
     real_scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
-    if not (math.isfinite(real_scale) and real_scale > 0):
-        raise InputError(f"scale must be finite and > 0, got {scale}")
     plan = decision.kernel.plan(problem, strides, real_scale)  # type: ignore[arg-type]
     lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
     return _Prepared(plan.launch, tuple(out.shape), tuple(out.stride()), lse_shape), ""
@@ -209,6 +268,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """
     import torch
 
+    check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     strict_mode = _strict(strict)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
@@ -221,6 +281,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
             layout: str = "bhld") -> Decision:
     """What `attention` would run for these inputs, and why."""
+    check_arguments(q, k, v, causal=causal)
     problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
     if reason is not None or problem is None:
         return Decision(FALLBACK, reason or "unsupported")

@@ -9,6 +9,7 @@ fresh process. The caller's process never touches the candidate's CUDA context.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -18,6 +19,7 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"
 ERROR = "error"
 STARTUP_ALLOWANCE_S = 180.0
+REAP_S = 10.0  # how long a dead worker is waited for, so that its exit status is known
 
 
 # name -> function(payload) -> reply. Filled by the task modules a worker imports at start
@@ -69,6 +71,19 @@ def _serve(conn: Connection, device: int, task_modules: tuple[str, ...]) -> None
             return
 
 
+def death(exitcode: int | None) -> str:
+    """How a worker process ended, in words: its signal or its exit code."""
+    if exitcode is None:
+        return f"worker process stopped answering and was still running after {REAP_S:.0f} s"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"worker process killed by {name} (signal {-exitcode})"
+    return f"worker process exited with exit code {exitcode}"
+
+
 class GpuWorker:
     def __init__(self, device: int = 0,
                  task_modules: tuple[str, ...] = DEFAULT_TASK_MODULES) -> None:
@@ -76,9 +91,16 @@ class GpuWorker:
         self.task_modules = task_modules
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
-        self.restarts = 0
+        self._starts = 0
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes started after the first: after a crash, a hang or a broken CUDA
+        context."""
+        return max(0, self._starts - 1)
 
     def _start(self) -> None:
+        self._starts += 1
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, self.device, self.task_modules),
@@ -100,24 +122,25 @@ class GpuWorker:
                 timeout: float = 120.0) -> dict[str, Any]:
         startup = 0.0
         if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self.restarts += 1
             self._stop()
             self._start()
             startup = STARTUP_ALLOWANCE_S  # importing torch, building/loading the launcher
         assert self._conn is not None and self._proc is not None
-        self._conn.send((task, payload))
-        if not self._conn.poll(timeout + startup):
+        try:
+            self._conn.send((task, payload))
+            answered = self._conn.poll(timeout + startup)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            answered = True  # it died before the request arrived: recv says so below
+        if not answered:
             self._stop()
-            self.restarts += 1
             return {"status": TIMEOUT, "reason": f"no answer within {timeout:.0f} s (hang?)"}
         try:
             reply: dict[str, Any] = self._conn.recv()
-        except (EOFError, ConnectionResetError):
-            code = self._proc.exitcode
+        except (EOFError, ConnectionResetError, BrokenPipeError):
+            self._proc.join(REAP_S)  # reaped, its exit status is known (not None)
+            reason = death(self._proc.exitcode)
             self._stop()
-            self.restarts += 1
-            return {"status": CRASHED, "reason": f"worker process died (exit code {code})"}
+            return {"status": CRASHED, "reason": reason}
         if reply.get("fatal"):
             self._stop()
         return reply

@@ -35,7 +35,6 @@ def worker() -> Iterator[GpuWorker]:
         yield w
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a dead worker reads 'exit code None'")
 def test_a_segfault_is_reported_with_its_signal_every_time(worker: GpuWorker) -> None:
     for _ in range(7):
         reply = worker.request("segfault", {}, timeout=60)
@@ -44,7 +43,11 @@ def test_a_segfault_is_reported_with_its_signal_every_time(worker: GpuWorker) ->
     assert worker.request("ping", {}, timeout=60)["status"] == "ok"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: restarts after a sticky CUDA error are missed")
+def test_an_exit_is_reported_with_its_code(worker: GpuWorker) -> None:
+    reply = worker.request("exit_code", {"code": 3}, timeout=60)
+    assert reply["status"] == "crashed" and "exit code 3" in reply["reason"], reply
+
+
 def test_a_sticky_cuda_error_counts_as_a_restart(worker: GpuWorker) -> None:
     first = worker.request("ping", {}, timeout=60)["pid"]
     reply = worker.request("poison", {}, timeout=60)
