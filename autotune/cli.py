@@ -20,6 +20,7 @@ from .build_table import build_table
 from .cache import CacheNotWritable
 from .compiler import BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
+from .search import InfrastructureError
 from .space import load_space
 from .store.schema import StoreError
 from .target import Target, default_target, target_for_arch
@@ -368,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (InvalidConfig, ToolchainError, ValueError, StoreError, CacheNotWritable) as exc:
+    except (InvalidConfig, ToolchainError, ValueError, StoreError, CacheNotWritable,
+            InfrastructureError) as exc:
         print(f"cute-autotune: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except SQLAlchemyError as exc:  # a database error met outside our store (Optuna's tables)

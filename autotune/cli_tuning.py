@@ -85,9 +85,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print("cute-autotune tune times kernels on a CUDA GPU and none is visible here "
                   "(--replay RECORDING serves recorded measurements instead).", file=sys.stderr)
             return 2
+    # A piece of a long session (--skip-tuned) completes each interrupted study's budget; a
+    # plain run adds --trials new trials to what the study holds.
     settings = SearchSettings(sampler=args.sampler, seed=args.seed, trials=args.trials,
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
-                              rerank_top=args.rerank_top, reuse=not args.no_reuse)
+                              rerank_top=args.rerank_top, reuse=not args.no_reuse,
+                              resume=args.skip_tuned)
     rows: list[list[Any]] = []
     outcomes: list[TuneOutcome] = []
     backend = open_backend(args.replay)
@@ -377,7 +380,8 @@ def register(sub: Any) -> None:
                    help="start no new shape after this many seconds (resume by running again)")
     p.add_argument("--skip-tuned", action="store_true",
                    help="skip shapes whose every family (of --family) was searched into the "
-                   "database's best config on this GPU by an earlier run")
+                   "database's best config on this GPU by an earlier run, and complete the "
+                   "budget of a study an earlier run left unfinished (its trials count)")
     p.add_argument("--batch-size", type=int, default=4, help="configs compiled per batch")
     p.add_argument("--rerank-top", type=int, default=5)
     p.add_argument("--no-reuse", action="store_true",

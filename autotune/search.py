@@ -8,33 +8,57 @@ re-timing puts the top configs of every family side by side, and the fastest of 
 This is the one place where the pipeline is chained. Search strategy never compiles (the backend
 does), statically invalid configs never reach the backend, and compiling never overlaps timing:
 each batch is built first and timed after.
+
+A study outlives the process that runs it. Each trial records the host and process running it
+and the build it measured; a trial left RUNNING by a process that is gone is settled by the next
+session (told the value that process already stored, else failed as "interrupted"); a config's
+failure stands only for the build it failed with (a new toolchain or kernel tries it again); and
+a failure of the machinery (a compile pool that keeps dying) is never held against a config.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._process import Owner, is_gone, this_process
 from .backends import Backend
-from .compiler import BuildResult
-from .config import Config
+from .compiler import INFRASTRUCTURE, BuildResult
+from .config import Config, InvalidConfig
 from .problem import Problem
 from .space import load_space, supported_families, unsupported_reason
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .store.repo import BrokenRow, TuningStore
 
 SAMPLERS = ("tpe", "grid", "random")
+# A trial's "status" (an Optuna user attribute) is the TrialResult status of what it evaluated,
+# or one of these, which say nothing of the config and are neither counted as trials of the
+# study nor held against the config.
+INVALID, REPEAT, REUSED, INTERRUPTED = "invalid", "repeat", "reused", "interrupted"
+NOT_COUNTED = (None, INVALID, REPEAT, INTERRUPTED, INFRASTRUCTURE)
+# Consecutive infrastructure failures (in batches) after which a session stops: the machinery,
+# not the configs, is broken.
+INFRASTRUCTURE_BATCHES = 3
+
+
+class InfrastructureError(RuntimeError):
+    """Trials keep failing for reasons that are not the configs' (the compile pool dies)."""
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     sampler: str = "tpe"
     seed: int = 0
-    trials: int = 40  # new configs to evaluate per family searched (a resumed study adds to it)
+    # Configs to evaluate per family searched: new ones, added to what the study already holds;
+    # with `resume`, the study's budget: the trials of today's builds it already ran count.
+    trials: int = 40
+    resume: bool = False
     time_budget_s: float | None = None  # seconds of search per family
     batch_size: int = 4  # configs compiled together before the GPU times them
     rounds: int = 5
@@ -298,15 +322,78 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
 
 
 def _counted_trials(store: TuningStore, name: str) -> int:
-    """Trials of a study that evaluated a config (not pruned statically, not repeats)."""
+    """Trials of a study that evaluated a config (see NOT_COUNTED)."""
     import optuna
 
     try:
         study = optuna.load_study(study_name=name, storage=store.url)
     except KeyError:  # a best config imported from another database has no study here
         return 0
-    return len([t for t in study.get_trials(deepcopy=False)
-                if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
+    return _counted(study.get_trials(deepcopy=False))
+
+
+def _counted(trials: Sequence[Any]) -> int:
+    return len([t for t in trials if t.user_attrs.get("status") not in NOT_COUNTED])
+
+
+def _of_current_build(trial: Any, backend: Backend) -> bool:
+    """Whether a trial measured the build that the backend makes of its config today."""
+    raw, key = trial.user_attrs.get("config"), trial.user_attrs.get("build_key")
+    if not raw or not key:
+        return False
+    try:
+        return bool(backend.build_key(Config.from_json(raw)) == key)
+    except (InvalidConfig, ValueError):
+        return False
+
+
+def _enqueue(study: Any, space: Any, configs: Sequence[Config]) -> None:
+    """Queue configs to be asked next, each once: one already queued (WAITING) is not queued
+    again. (Optuna's skip_if_exists would also skip a config tried before, whose failure under
+    an older build, or of the machinery, the caller wants tried again.)"""
+    from optuna.trial import TrialState
+
+    tunable = [p.name for p in space.tunable_params]
+    queued = {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for config in configs:
+        params = {name: config[name] for name in tunable}
+        key = json.dumps(params, sort_keys=True)
+        if key not in queued:
+            queued.add(key)
+            study.enqueue_trial(params)
+
+
+def _settle_abandoned(study: Any, store: TuningStore, device: DeviceInfo, problem: Problem,
+                      backend: Backend) -> None:
+    """Settle the RUNNING trials of processes that are gone (same host, dead pid): told the
+    value their process already stored in the database, else failed as "interrupted" with
+    the reason. A trial of a live process, or of another host, is never touched."""
+    import optuna
+    from optuna.trial import TrialState
+
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = Owner.from_attrs(frozen.user_attrs)
+        if owner is None or not is_gone(owner):
+            continue
+        # optuna.trial.Trial on an existing trial id: the public way to set its attributes
+        trial = optuna.trial.Trial(study, frozen._trial_id)
+        raw = frozen.user_attrs.get("config")
+        measured = None
+        if raw and frozen.user_attrs.get("build_key"):
+            measured = store.find_trial(device, problem, Config.from_json(raw),
+                                        frozen.user_attrs["build_key"])
+        value = measured.median_us if measured is not None else None
+        if value is not None:
+            trial.set_user_attr("status", "ok")
+            trial.set_user_attr("reason", f"measured by {owner.describe()}, which died before "
+                                "telling the study; told by a later session")
+            study.tell(frozen.number, value)
+        else:
+            trial.set_user_attr("status", INTERRUPTED)
+            trial.set_user_attr("reason", f"{owner.describe()} died before this trial "
+                                "finished")
+            study.tell(frozen.number, state=TrialState.FAIL)
 
 
 def _search_family(problem: Problem, family: str, name: str, backend: Backend,
@@ -321,6 +408,7 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
     device, target = backend.device(), backend.target()
     study = optuna.create_study(study_name=name, storage=store.url, direction="minimize",
                                 sampler=_sampler(settings), load_if_exists=True)
+    _settle_abandoned(study, store, device, problem, backend)
     distributions: dict[str, BaseDistribution] = {
         p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
     fixed = problem.space_values()
@@ -328,23 +416,25 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
     progress = Progress(problem, family)
     progress.sdpa_default_us = sdpa_default
 
-    # What this study already knows, by config digest: value (median us) or None for a failure.
+    # What this study already knows, by config digest: value (median us) or None for a failure
+    # of the build made today (a failure under another toolchain or kernel is tried again).
     known: dict[str, float | None] = {}
+    ran_today = 0  # trials of today's builds that evaluated a config: the budget a resume keeps
     for t in study.get_trials(deepcopy=False):
-        digest = t.user_attrs.get("digest")
+        digest, status = t.user_attrs.get("digest"), t.user_attrs.get("status")
+        today = _of_current_build(t, backend)
+        ran_today += today and status not in (*NOT_COUNTED, REUSED)
         if digest and t.state == TrialState.COMPLETE:
             known[digest] = t.value
             if t.value is not None and (progress.best_us is None or t.value < progress.best_us):
                 progress.best_us = t.value
-        elif digest and t.state == TrialState.FAIL:
+        elif digest and t.state == TrialState.FAIL and status not in NOT_COUNTED and today:
             known.setdefault(digest, None)
+    budget = max(0, settings.trials - ran_today) if settings.resume else settings.trials
 
     if settings.sampler == "grid":
-        tunable = [p.name for p in space.tunable_params]
-        for config in space.valid_configs(target, fixed):
-            if config.digest not in known:
-                study.enqueue_trial({name: config[name] for name in tunable},
-                                    skip_if_exists=True)
+        _enqueue(study, space, [c for c in space.valid_configs(target, fixed)
+                                if c.digest not in known])
     elif settings.warm_start or settings.seed_heuristic:
         near = store.nearest(device, problem, family=family) if settings.warm_start else None
         seeds = [near[0].config] if near else []
@@ -357,10 +447,7 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
             if record.config.family == family and record.problem != problem and all(
                     record.config[k] == v for k, v in fixed.items()):
                 seeds.append(record.config)
-        for config in dict.fromkeys(seeds):
-            if config.digest not in known:
-                study.enqueue_trial({p.name: config[p.name] for p in space.tunable_params},
-                                    skip_if_exists=True)
+        _enqueue(study, space, [c for c in dict.fromkeys(seeds) if c.digest not in known])
 
     start = time.monotonic()
 
@@ -369,26 +456,27 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
                 and time.monotonic() - start > settings.time_budget_s)
 
     stale_asks = 0
-    while progress.evaluated < settings.trials and not out_of_time():
+    infrastructure = 0  # consecutive trials lost to the machinery
+    while progress.evaluated < budget and not out_of_time():
         if len({d for d in known if d in valid}) >= len(valid):
             break  # every valid config has been measured (or failed): nothing left to learn
         pending: list[tuple[Any, Config]] = []
-        want = min(settings.batch_size, settings.trials - progress.evaluated)
+        want = min(settings.batch_size, budget - progress.evaluated)
         if settings.local_search and settings.sampler == "tpe":
             # Half of each batch refines the incumbent: its untried one-parameter neighbours go
             # first. TPE models the whole space well but finds the last few percent slowly; the
             # best config is usually one step from a good one (a stage count, a tile edge).
-            for config in _neighbours(space, target, fixed, known)[: max(1, want // 2)]:
-                study.enqueue_trial({p.name: config[p.name] for p in space.tunable_params},
-                                    skip_if_exists=True)
+            _enqueue(study, space, _neighbours(space, target, fixed, known)[: max(1, want // 2)])
         while len(pending) < want and stale_asks < 200:
             trial = study.ask(distributions)
+            for attr, owner_value in this_process().as_attrs().items():
+                trial.set_user_attr(attr, owner_value)
             config = space.config(**fixed, **trial.params)
             trial.set_user_attr("digest", config.digest)
             trial.set_user_attr("config", config.to_json())
             reasons = space.violations(config, target)
             if reasons:  # pruned statically: costs no compile and no GPU time
-                trial.set_user_attr("status", "invalid")
+                trial.set_user_attr("status", INVALID)
                 trial.set_user_attr("reason", "; ".join(reasons))
                 study.tell(trial, state=TrialState.PRUNED)
                 progress.pruned += 1
@@ -396,7 +484,7 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
                 continue
             if config.digest in known or any(c.digest == config.digest for _, c in pending):
                 value = known.get(config.digest)
-                trial.set_user_attr("status", "repeat")
+                trial.set_user_attr("status", REPEAT)
                 if value is None:
                     trial.set_user_attr("reason", "an earlier trial of this config failed")
                     study.tell(trial, state=TrialState.FAIL)
@@ -407,7 +495,7 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
             if settings.reuse:
                 previous = store.find_trial(device, problem, config, backend.build_key(config))
                 if previous is not None and previous.median_us is not None:
-                    trial.set_user_attr("status", "reused")
+                    trial.set_user_attr("status", REUSED)
                     study.tell(trial, previous.median_us)
                     known[config.digest] = previous.median_us
                     progress.reused += 1
@@ -421,27 +509,28 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
                 break  # the sampler keeps proposing what is known or invalid
             continue
 
-        builds = backend.build([config for _, config in pending])  # compile phase
-        for (trial, config), build in zip(pending, builds, strict=True):  # timing phase
-            result = backend.evaluate(problem, build, rounds=settings.rounds,
-                                      round_ms=settings.round_ms)
-            store.record_trial(device, problem, result, build=build, study=name,
-                               phase="search", baseline_us=sdpa_default)
-            trial.set_user_attr("status", result.status)
-            if result.ok and result.median_us is not None:
-                study.tell(trial, result.median_us)
-                known[config.digest] = result.median_us
-                if progress.best_us is None or result.median_us < progress.best_us:
-                    progress.best_us = result.median_us
-            else:
-                trial.set_user_attr("reason", result.reason[:2000])
-                study.tell(trial, state=TrialState.FAIL)
-                known[config.digest] = None
-                progress.failed += 1
-            progress.evaluated += 1
-            progress.last = result
-            if on_progress:
-                on_progress(progress)
+        with _settled_on_exit(study, [trial for trial, _ in pending]) as told:
+            builds = backend.build([config for _, config in pending])  # compile phase
+            for (trial, config), build in zip(pending, builds, strict=True):  # timing phase
+                result = backend.evaluate(problem, build, rounds=settings.rounds,
+                                          round_ms=settings.round_ms)
+                if result.status == INFRASTRUCTURE:  # the machinery's failure, not the config's
+                    trial.set_user_attr("status", INFRASTRUCTURE)
+                    trial.set_user_attr("reason", result.reason[:2000])
+                    study.tell(trial, state=TrialState.FAIL)
+                    told.add(trial.number)
+                    infrastructure += 1
+                    if infrastructure >= INFRASTRUCTURE_BATCHES * settings.batch_size:
+                        raise InfrastructureError(
+                            f"{infrastructure} trials in a row could not be built or run, for "
+                            f"reasons that are not the configs': {result.reason}")
+                    continue
+                infrastructure = 0
+                _record(study, trial, config, result, build, store, device, problem, name,
+                        sdpa_default, known, progress)
+                told.add(trial.number)
+                if on_progress:
+                    on_progress(progress)
 
     ranked: dict[str, tuple[float, Config]] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -450,10 +539,54 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
             if digest not in ranked or t.value < ranked[digest][0]:
                 ranked[digest] = (t.value, Config.from_json(raw))
     top = [config for _, config in sorted(ranked.values(), key=lambda vc: vc[0])]
-    total = len([t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get("status") not in (None, "invalid", "repeat")])
+    total = _counted(study.get_trials(deepcopy=False))
     return _FamilySearch(family, name, top[: settings.rerank_top], progress.evaluated,
                          progress.failed, progress.pruned, progress.reused, total)
+
+
+def _record(study: Any, trial: Any, config: Config, result: TrialResult, build: BuildResult,
+            store: TuningStore, device: DeviceInfo, problem: Problem, name: str,
+            sdpa_default: float | None, known: dict[str, float | None],
+            progress: Progress) -> None:
+    """Store one evaluated trial's measurement, then tell the study (in that order: a session
+    killed in between leaves a RUNNING trial whose value the next session finds)."""
+    from optuna.trial import TrialState
+
+    trial.set_user_attr("build_key", build.key)
+    store.record_trial(device, problem, result, build=build, study=name, phase="search",
+                       baseline_us=sdpa_default)
+    trial.set_user_attr("status", result.status)
+    if result.ok and result.median_us is not None:
+        study.tell(trial, result.median_us)
+        known[config.digest] = result.median_us
+        if progress.best_us is None or result.median_us < progress.best_us:
+            progress.best_us = result.median_us
+    else:
+        trial.set_user_attr("reason", result.reason[:2000])
+        study.tell(trial, state=TrialState.FAIL)
+        known[config.digest] = None
+        progress.failed += 1
+    progress.evaluated += 1
+    progress.last = result
+
+
+@contextmanager
+def _settled_on_exit(study: Any, trials: list[Any]) -> Iterator[set[int]]:
+    """Yield the set of trial numbers told so far; if the block ends with an exception (an
+    interrupt, an infrastructure error), the trials not told are failed as "interrupted"
+    rather than left RUNNING."""
+    from optuna.trial import TrialState
+
+    told: set[int] = set()
+    try:
+        yield told
+    except BaseException as exc:
+        for trial in trials:
+            if trial.number not in told:
+                trial.set_user_attr("status", INTERRUPTED)
+                trial.set_user_attr("reason", f"the session stopped: {type(exc).__name__}")
+                study.tell(trial, state=TrialState.FAIL)
+        raise
 
 
 def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,

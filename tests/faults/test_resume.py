@@ -57,7 +57,6 @@ def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/t.db"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a killed session's trials stay RUNNING")
 def test_trials_record_their_host_and_process(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     trials = [t for t in study(url).trials if t.user_attrs.get("digest")]
@@ -65,7 +64,6 @@ def test_trials_record_their_host_and_process(url: str) -> None:
                           and isinstance(t.user_attrs.get("pid"), int) for t in trials)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a killed session's trials stay RUNNING")
 def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     left = running(url)
@@ -80,7 +78,6 @@ def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
         assert f"pid {trial.user_attrs['pid']}" in after.user_attrs["reason"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a measured trial never told stays RUNNING")
 def test_a_trial_measured_but_never_told_is_told_its_value(url: str) -> None:
     kill_a_session(url, "recorded", 3)
     (left,) = [t for t in running(url)
@@ -110,7 +107,6 @@ def test_a_live_process_trials_are_never_touched(url: str) -> None:
     assert states[mine.number] == states[elsewhere.number] == TrialState.RUNNING
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a resumed study gets a whole new budget")
 def test_skip_tuned_completes_the_interrupted_budget(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     before = evaluated(url)

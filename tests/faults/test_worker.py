@@ -136,7 +136,6 @@ def study_digests(store: TuningStore, name: str, status: str) -> list[str]:
     return [t.user_attrs["digest"] for t in study.trials if t.user_attrs.get("status") == status]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: pool breakage is recorded against configs")
 def test_infrastructure_failures_are_never_held_against_a_config(tmp_path: Path) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     first = ReplayBackend(RECORDING)
@@ -156,7 +155,6 @@ def test_infrastructure_failures_are_never_held_against_a_config(tmp_path: Path)
                for t in store.trials())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a failure holds for every toolchain")
 def test_a_new_toolchain_tries_a_failed_config_again(tmp_path: Path) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     probe = ReplayBackend(RECORDING)
