@@ -14,12 +14,15 @@ class Owner:
     pid: int
     started: int | None  # the process's start time (clock ticks since boot), where known
 
-    def as_attrs(self) -> dict[str, str | int | None]:
-        return {"host": self.host, "pid": self.pid, "pid_started": self.started}
+    def as_json(self) -> dict[str, str | int | None]:
+        return {"host": self.host, "pid": self.pid, "started": self.started}
 
     @classmethod
-    def from_attrs(cls, attrs: dict[str, object]) -> Owner | None:
-        host, pid, started = attrs.get("host"), attrs.get("pid"), attrs.get("pid_started")
+    def from_json(cls, data: object) -> Owner | None:
+        """The owner a record names, or None if it names none (or something else)."""
+        if not isinstance(data, dict):
+            return None
+        host, pid, started = data.get("host"), data.get("pid"), data.get("started")
         if not isinstance(host, str) or not isinstance(pid, int) or isinstance(pid, bool):
             return None
         return cls(host, pid, started if isinstance(started, int) else None)

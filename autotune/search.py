@@ -373,10 +373,11 @@ def _settle_abandoned(study: Any, store: TuningStore, device: DeviceInfo, proble
     from optuna.trial import TrialState
 
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = Owner.from_attrs(frozen.user_attrs)
+        owner = Owner.from_json(frozen.user_attrs.get("owner"))
         if owner is None or not is_gone(owner):
             continue
-        # optuna.trial.Trial on an existing trial id: the public way to set its attributes
+        # Optuna sets a trial's attributes only through a Trial object; this is its
+        # constructor on an existing trial's id (frozen trials expose it privately).
         trial = optuna.trial.Trial(study, frozen._trial_id)
         raw = frozen.user_attrs.get("config")
         measured = None
@@ -469,8 +470,7 @@ def _search_family(problem: Problem, family: str, name: str, backend: Backend,
             _enqueue(study, space, _neighbours(space, target, fixed, known)[: max(1, want // 2)])
         while len(pending) < want and stale_asks < 200:
             trial = study.ask(distributions)
-            for attr, owner_value in this_process().as_attrs().items():
-                trial.set_user_attr(attr, owner_value)
+            trial.set_user_attr("owner", this_process().as_json())
             config = space.config(**fixed, **trial.params)
             trial.set_user_attr("digest", config.digest)
             trial.set_user_attr("config", config.to_json())

@@ -15,6 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune._process import Owner, is_gone, this_process
 from autotune.backends import ReplayBackend
 from autotune.cli import main
 from autotune.search import SearchSettings, study_name, tune_problem
@@ -60,8 +61,8 @@ def url(tmp_path: Path) -> str:
 def test_trials_record_their_host_and_process(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     trials = [t for t in study(url).trials if t.user_attrs.get("digest")]
-    assert trials and all(t.user_attrs.get("host") == socket.gethostname()
-                          and isinstance(t.user_attrs.get("pid"), int) for t in trials)
+    assert trials and all(t.user_attrs["owner"]["host"] == socket.gethostname()
+                          and isinstance(t.user_attrs["owner"]["pid"], int) for t in trials)
 
 
 def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
@@ -75,7 +76,7 @@ def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
         after = settled[trial.number]
         assert after.state == TrialState.FAIL
         assert after.user_attrs["status"] == "interrupted"
-        assert f"pid {trial.user_attrs['pid']}" in after.user_attrs["reason"]
+        assert f"pid {trial.user_attrs['owner']['pid']}" in after.user_attrs["reason"]
 
 
 def test_a_trial_measured_but_never_told_is_told_its_value(url: str) -> None:
@@ -97,11 +98,9 @@ def measured_digests(url: str) -> list[str]:
 def test_a_live_process_trials_are_never_touched(url: str) -> None:
     resume(url)
     mine = study(url).ask()
-    mine.set_user_attr("host", socket.gethostname())
-    mine.set_user_attr("pid", os.getpid())
+    mine.set_user_attr("owner", {"host": socket.gethostname(), "pid": os.getpid()})
     elsewhere = study(url).ask()
-    elsewhere.set_user_attr("host", "another-host")
-    elsewhere.set_user_attr("pid", 1)
+    elsewhere.set_user_attr("owner", {"host": "another-host", "pid": 2**22 + 7})
     resume(url)
     states = {t.number: t.state for t in study(url).trials}
     assert states[mine.number] == states[elsewhere.number] == TrialState.RUNNING
@@ -121,3 +120,12 @@ def test_skip_tuned_completes_the_interrupted_budget(url: str) -> None:
                  "--seqlen-q", "2048", "--head-dim", "128", "--trials", "3", "--quiet",
                  "--db", url]) == 0
     assert evaluated(url) == TRIALS + 3
+
+
+def test_a_process_is_gone_only_when_surely_gone() -> None:
+    me = this_process()
+    assert not is_gone(me)
+    assert not is_gone(Owner("another-host", 2**22 + 7, None))  # never judged from here
+    assert is_gone(Owner(me.host, 2**22 + 7, None))  # no such pid
+    if me.started is not None:  # the pid reused by a later process
+        assert is_gone(Owner(me.host, me.pid, me.started - 1))
