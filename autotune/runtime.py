@@ -72,27 +72,27 @@ def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
               use_shipped: bool = True) -> Dispatcher:
     """Replace the process-wide dispatcher (and forget its decisions)."""
     global _dispatcher
-    if compile_on_miss is None:
-        compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
-    made = Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
+    made = _new_dispatcher(db, compile_on_miss, use_shipped)
     with _lock:
         _dispatcher = made
         _prepared.clear()
     return made
 
 
+def _new_dispatcher(db: str | None = None, compile_on_miss: bool | None = None,
+                    use_shipped: bool = True) -> Dispatcher:
+    if compile_on_miss is None:
+        compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
+    return Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
+
+
 def dispatcher() -> Dispatcher:
+    global _dispatcher
     if _dispatcher is None:
         with _lock:  # the first calls of several threads make one dispatcher, not one each
             if _dispatcher is None:
-                _install_default()
-    assert _dispatcher is not None
+                _dispatcher = _new_dispatcher()
     return _dispatcher
-
-
-def _install_default() -> None:
-    global _dispatcher
-    _dispatcher = Dispatcher(compile_on_miss=os.environ.get(COMPILE_ENV, "1") != "0")
 
 
 def _strict(strict: bool | None) -> bool:
@@ -106,29 +106,40 @@ def _head_dims() -> tuple[int, ...]:
                          for d in load_space(f).params["head_dim"].values}))
 
 
-# What attention is defined in (torch SDPA's dtypes); fp16 and bf16 also run the kernels.
-_ATTENTION_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+@cache
+def _tensor_types() -> tuple[type[torch.Tensor], frozenset[torch.dtype]]:
+    """torch.Tensor, and the dtypes attention is defined in (torch SDPA's; fp16 and bf16 also
+    run the kernels)."""
+    import torch
+
+    return torch.Tensor, frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 
 def check_arguments(q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None,
                     return_lse: Any = False) -> None:
     """The one check of `attention`'s arguments, made before either path (the tuned kernels
     or torch SDPA) sees them; InputError names the argument."""
-    import torch
-
+    tensor, dtypes = _tensor_types()
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, tensor):
             raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if str(t.dtype) not in _ATTENTION_DTYPES:
+        if t.dtype not in dtypes:
             raise InputError(f"{name} has dtype {t.dtype}; attention needs float16, bfloat16, "
                              "float32 or float64")
     for name, flag in (("causal", causal), ("return_lse", return_lse)):
-        if not isinstance(flag, bool):
+        if flag is not True and flag is not False:
             raise InputError(f"{name} must be True or False, got {flag!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
-                              or not (math.isfinite(scale) and float(scale) > 0)):
+    if scale is not None and not _valid_scale(scale):
         raise InputError(f"scale must be a finite number > 0 (None: 1/sqrt(head dim)), "
                          f"got {scale!r}")
+
+
+def _valid_scale(scale: Any) -> bool:
+    if type(scale) is float:  # the common case, without the ABC check
+        return 0.0 < scale < math.inf
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        return False
+    return math.isfinite(scale) and float(scale) > 0
 
 
 def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -236,12 +247,20 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
            scale: float | None, return_lse: bool, layout: str, strict: bool) -> Any:
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device,
-           causal, scale, layout)
-    prepared = _prepared.get(key)
-    if prepared is not None and not (q.requires_grad or k.requires_grad or v.requires_grad) \
+    try:
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+               q.device, causal, scale, layout)
+        prepared = _prepared.get(key)
+    except (AttributeError, TypeError):  # not tensors: check_arguments below says which
+        prepared = None
+    # A memo hit stands for arguments checked when it was made (the key pins the dtypes, the
+    # scale and the shapes); only what the key does not pin is checked again.
+    if prepared is not None and (causal is True or causal is False) \
+            and (return_lse is True or return_lse is False) \
+            and not (q.requires_grad or k.requires_grad or v.requires_grad) \
             and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGN_BYTES:
         return _run(prepared, q, k, v, return_lse)
+    check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     reason = ""
     if q.dim() == 4 and q.device.type == "cuda" and not (
             q.requires_grad or k.requires_grad or v.requires_grad):
@@ -268,9 +287,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """
     import torch
 
-    check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     strict_mode = _strict(strict)
     if torch.compiler.is_compiling():
+        check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
         out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
                                                      strict_mode)
         return (out, lse) if return_lse else out
