@@ -18,7 +18,7 @@ from ._jsonfile import JsonInputError, loads_json, read_json
 from ._table import render_table
 from .build_table import build_table
 from .cache import CacheNotWritable
-from .compiler import BuildResult, compile_many, default_jobs
+from .compiler import INFRASTRUCTURE, BuildResult, compile_many, default_jobs
 from .config import Config, InvalidConfig, Value
 from .search import InfrastructureError
 from .space import load_space
@@ -48,14 +48,9 @@ def _parse_value(text: str) -> Value:
 
 def _read_config_arg(arg: str) -> list[Config]:
     """A JSON config, a JSON list of configs, or @path to a file holding either."""
-    if arg.startswith("@"):
-        where = arg[1:]
-        read = lambda: read_json(where)  # noqa: E731
-    else:
-        where = "--config"
-        read = lambda: loads_json(arg, where)  # noqa: E731
+    where = arg[1:] if arg.startswith("@") else "--config"
     try:
-        data = read()
+        data = read_json(where) if arg.startswith("@") else loads_json(arg, where)
     except JsonInputError as exc:
         raise UsageError(str(exc)) from None
     items = data if isinstance(data, list) else [data]
@@ -168,7 +163,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"{f', {per_min:.1f} configs/min' if built else ''}); "
           f"{sum(r.status == 'invalid' for r in results)} pruned, "
           f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed, "
-          f"{sum(r.status == 'infrastructure' for r in results)} not compiled (compile "
+          f"{sum(r.status == INFRASTRUCTURE for r in results)} not compiled (compile "
           "workers died); "
           f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
           f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -15,6 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
+from ..cache import DIGEST
 from ..compiler import BuildResult
 from ..config import Config, InvalidConfig
 from ..problem import Problem
@@ -138,9 +138,7 @@ class TuningStore:
             return row
         record = build.record or {}
         toolchain = record.get("toolchain", {})
-        digest = None
-        if build.cubin is not None and build.cubin.is_file():
-            digest = hashlib.sha256(build.cubin.read_bytes()).hexdigest()
+        digest = record.get(DIGEST)  # the SHA-256 the cache verified the cubin against
         row = Build(
             config_id=config_row.id, artifact_key=build.key, arch=build.arch,
             nvcc_version=toolchain.get("nvcc", ""), cutlass_version=toolchain.get("cutlass", ""),

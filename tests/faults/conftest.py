@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -74,11 +73,3 @@ def read_only(path: Path) -> Iterator[Path]:
     finally:
         # lazily: a database engine of the test may still hold a file open in it
         subprocess.run(["umount", "--lazy", str(path)], capture_output=True, check=True)
-
-
-@pytest.fixture
-def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUTE_AUTOTUNE_CACHE", str(root))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
