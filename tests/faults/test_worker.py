@@ -11,13 +11,16 @@ from pathlib import Path
 
 import optuna
 import pytest
+from sqlalchemy import text
 
 from autotune import toolchain as toolchain_module
 from autotune.backends import ReplayBackend
 from autotune.cache import ArtifactCache
 from autotune.compiler import BuildResult, compile_many
 from autotune.config import Config
+from autotune.problem import Problem
 from autotune.search import SearchSettings, study_name, tune_problem
+from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import TuningStore
 from autotune.target import target_for_arch
 from autotune.worker import GpuWorker
@@ -27,6 +30,7 @@ from .conftest import sm80_config
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
 TASKS = ("tests.faults.worker_tasks",)
+H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 
 
 @pytest.fixture
@@ -98,6 +102,25 @@ def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
     results = compile_all(killer_nvcc)
     assert [r.status for r in results] == ["compile_error"] * 3
     assert all("fake nvcc refuses" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: a compile error is stored without its toolchain")
+def test_a_compile_error_is_stored_with_its_toolchain(killer_nvcc: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODE", "once")
+    (killer_nvcc / "killed-once").touch()  # this nvcc only refuses
+    (build,) = compile_many(CONFIGS[:1], target_for_arch(90), jobs=1,
+                            cache=ArtifactCache(killer_nvcc / "c"))
+    assert build.status == "compile_error"
+    store = TuningStore(f"sqlite:///{killer_nvcc}/t.db")
+    problem = Problem(4, 16, 16, 2048, 2048, 128)
+    store.record_trial(H200, problem, TrialResult(build.config, build.status, build.message,
+                                                  build_key=build.key),
+                       build=build, study="s", phase="search", baseline_us=None)
+    with store.engine.connect() as c:
+        row = c.execute(text("select status, nvcc_version, cutlass_version, kernel_source_hash "
+                             "from builds")).one()
+    assert row[0] == "compile_error" and row[1] == "13.0.88" and row[2] and row[3]
 
 
 def test_a_pool_that_keeps_dying_is_infrastructure_not_the_configs(
