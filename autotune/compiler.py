@@ -171,6 +171,10 @@ def compile_config(config: Config, target: Target | None = None,
     if not force and (hit := _cached(config, target, key, cache)) is not None:
         return hit
     cache.ensure_writable()  # before nvcc: a build that cannot be stored is not started
+    # What the build is made with; a failure carries it too, so that the database records the
+    # toolchain a config failed under (a new one tries it again).
+    made_with = {"toolchain": {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version,
+                               "kernel_source": space.source_hash()}}
 
     source = render(config)
     with tempfile.TemporaryDirectory(prefix="cute-autotune-") as tmp:
@@ -184,18 +188,20 @@ def compile_config(config: Config, target: Target | None = None,
         except subprocess.TimeoutExpired:
             return BuildResult(config, target.arch, TIMEOUT, key=key,
                                seconds=time.perf_counter() - start,
-                               message=f"nvcc did not finish in {timeout:.0f} s")
+                               message=f"nvcc did not finish in {timeout:.0f} s",
+                               record=made_with)
         seconds = time.perf_counter() - start
         if proc.returncode != 0 or not out.is_file():
             return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
-                               message=summarize_nvcc_errors(proc.stderr))
+                               message=summarize_nvcc_errors(proc.stderr), record=made_with)
         cubin = out.read_bytes()
     try:
         report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
         info = read_launch_info(cubin)
     except (PtxasParseError, CubinError) as exc:
         return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
-                           message=f"nvcc succeeded but its output is unusable: {exc}")
+                           message=f"nvcc succeeded but its output is unusable: {exc}",
+                           record=made_with)
     record = {
         "key": key,
         "config": config.as_dict(),
@@ -203,11 +209,7 @@ def compile_config(config: Config, target: Target | None = None,
         "arch": target.arch,
         "gencode": gencode,
         "flags": NVCC_FLAGS,
-        "toolchain": {
-            "nvcc": tools.nvcc_version,
-            "cutlass": tools.cutlass_version,
-            "kernel_source": space.source_hash(),
-        },
+        **made_with,
         "ptxas": report.as_dict(),
         "launch_info": info.as_dict(),
         "compile_seconds": round(seconds, 3),

@@ -104,7 +104,6 @@ def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
     assert all("fake nvcc refuses" in r.message for r in results), [r.message for r in results]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: a compile error is stored without its toolchain")
 def test_a_compile_error_is_stored_with_its_toolchain(killer_nvcc: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODE", "once")
