@@ -1,15 +1,30 @@
-"""Time GPU work honestly: CUDA-graph replays timed by events, after warm-up, repetitions sized by
-time, input sets rotated so that no timing runs from a warm L2, several rounds reported as
-median and p20/p80, and competing candidates interleaved round by round so clock and thermal
-drift hit them alike.
+"""The one timing regime of cute-autotune: search trials, the final re-ranking, `bench` and
+`recheck` all time through `measure`, so that what the tuner stores is what a user measures.
+
+The regime ("flushed-alternating"):
+* every timed call starts from a cold L2: a buffer twice the L2 size is overwritten just
+  before it (untimed), as a model's other layers would leave it;
+* candidates alternate call by call (A B C, then a new seeded shuffle of them, ...), so each
+  follows every other about equally often and clock or power drift hits them alike;
+* before the timed calls, the same alternation runs untimed for `warmup_ms` (at least three
+  calls each), so the GPU is at the clock it holds under this load when timing starts; the
+  clocks are never locked;
+* CUDA events around each call; per candidate the median over its calls is kept, with the
+  20th and 80th percentiles as its spread; the SM clock and power are sampled meanwhile.
+
+Calls are enqueued without waiting for the GPU, so host overhead is hidden behind the flush as
+it is in an eager model; a candidate whose host work outlasts the flush shows it.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+REGIME = "flushed-alternating-1"
 
 # A candidate: called with the index of the input set to use; enqueues work on the current
 # stream and does not synchronise.
@@ -21,17 +36,23 @@ class Timing:
     median_us: float
     p20_us: float
     p80_us: float
-    rounds: int
-    calls_per_round: int
+    rounds: int  # timed calls
+    calls_per_round: int = 1
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
 
     def tflops(self, flops: int) -> float:
         return flops / (self.median_us * 1e-6) / 1e12
+
+    def overlaps(self, other: Timing) -> bool:
+        """Whether the p20-p80 ranges of two timings overlap (the order is within the noise)."""
+        return self.p20_us <= other.p80_us and other.p20_us <= self.p80_us
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     pos = q * (len(ordered) - 1)
     lo = int(pos)
@@ -40,61 +61,90 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def input_sets_needed(bytes_per_set: int, l2_bytes: int) -> int:
-    """How many distinct input sets make one rotation at least 3x the L2 cache."""
+    """How many distinct input sets make one rotation at least 3x the L2 cache (tools that
+    rotate inputs; the regime itself flushes the L2 before every call)."""
     return max(1, min(64, -(-3 * l2_bytes // max(1, bytes_per_set))))
 
 
+def calls_for(per_call_ms: float, rounds: int, round_ms: float, *, min_calls: int = 21,
+              max_calls: int = 400) -> int:
+    """Timed calls per candidate: about rounds x round_ms of its own GPU time, within bounds."""
+    return int(min(max_calls, max(min_calls, rounds * round_ms / max(per_call_ms, 1e-3))))
+
+
+class L2Flush:
+    """Overwrites a buffer twice the GPU's L2 cache: what the L2 held is evicted."""
+
+    def __init__(self, device: Any = None) -> None:
+        import torch
+
+        index = torch.cuda.current_device() if device is None else device
+        l2 = torch.cuda.get_device_properties(index).L2_cache_size
+        self._buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8,
+                                   device=f"cuda:{index}")
+
+    def __call__(self) -> None:
+        self._buffer.fill_(0)
+
+
 def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int = 7,
-            round_ms: float = 40.0, use_graph: bool = True,
-            max_calls: int = 2000) -> dict[str, Timing]:
-    """Time each candidate; rounds alternate between candidates (A B C A B C ...)."""
+            round_ms: float = 40.0, warmup_ms: float = 250.0, seed: int = 0,
+            min_calls: int = 21, max_calls: int = 400) -> dict[str, Timing]:
+    """Time each candidate in the regime above. `rounds x round_ms` is the GPU time each
+    candidate's timed calls add up to (at least `min_calls`, at most `max_calls` calls);
+    every candidate gets the same number of calls."""
     import torch
 
-    stream = torch.cuda.Stream()
-    prepared: dict[str, tuple[Callable[[], None], int]] = {}
-    for name, fn in candidates.items():
-        with torch.cuda.stream(stream):
-            for i in range(n_sets):  # warm-up: module load, allocator, caches of the library
-                fn(i)
-        stream.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            start.record()
-            for i in range(3):
-                fn(i % n_sets)
-            end.record()
-        end.synchronize()
-        per_call_ms = max(start.elapsed_time(end) / 3, 1e-3)
-        calls = int(min(max_calls, max(n_sets, round_ms / per_call_ms)))
-        calls = max(n_sets, calls - calls % n_sets)  # whole rotations
-        if use_graph:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                for i in range(calls):
-                    fn(i % n_sets)
-            prepared[name] = (graph.replay, calls)
-        else:
-            def run_loop(fn: Candidate = fn, calls: int = calls) -> None:
-                for i in range(calls):
-                    fn(i % n_sets)
-            prepared[name] = (run_loop, calls)
+    from .environment import ClockSampler
 
-    samples: dict[str, list[float]] = {name: [] for name in prepared}
-    with torch.cuda.stream(stream):
-        for run, _ in prepared.values():
-            run()  # one untimed pass of each graph
-        stream.synchronize()
-        for _ in range(rounds):
-            for name, (run, calls) in prepared.items():
+    names = list(candidates)
+    if not names:
+        return {}
+    flush = L2Flush()
+    for name in names:  # first calls: module load, allocator, the libraries' own caches
+        for i in range(min(n_sets, 2)):
+            candidates[name](i)
+    torch.cuda.synchronize()
+    per_call = {}
+    for name in names:  # a cold call's time, to size the warm-up and the timed calls
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        start.record()
+        candidates[name](0)
+        end.record()
+        end.synchronize()
+        per_call[name] = max(start.elapsed_time(end), 1e-3)
+    pass_ms = sum(per_call.values()) + 0.05 * len(names)  # + the flushes, roughly
+    calls = max(calls_for(per_call[n], rounds, round_ms, min_calls=min_calls,
+                          max_calls=max_calls) for n in names)
+    warm_passes = max(3, int(warmup_ms / pass_ms))
+    rng = random.Random(seed)
+
+    def alternate(passes: int, offset: int, timed: dict[str, list[Any]] | None) -> None:
+        order = list(names)
+        for p in range(passes):
+            rng.shuffle(order)
+            for name in order:
+                flush()
+                if timed is None:
+                    candidates[name]((offset + p) % n_sets)
+                    continue
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                run()
+                candidates[name]((offset + p) % n_sets)
                 end.record()
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end) * 1e3 / calls)
-    return {
-        name: Timing(statistics.median(values), _quantile(values, 0.2), _quantile(values, 0.8),
-                     rounds, prepared[name][1])
-        for name, values in samples.items()
-    }
+                timed[name].append((start, end))
+
+    alternate(warm_passes, 0, None)
+    events: dict[str, list[Any]] = {name: [] for name in names}
+    with ClockSampler(torch.cuda.current_device()) as sampler:
+        alternate(calls, warm_passes, events)
+        torch.cuda.synchronize()
+    clock, power = sampler.result()
+    result = {}
+    for name in names:
+        samples = [start.elapsed_time(end) * 1e3 for start, end in events[name]]
+        result[name] = Timing(statistics.median(samples), quantile(samples, 0.2),
+                              quantile(samples, 0.8), len(samples), 1, clock, power)
+    return result

@@ -125,6 +125,15 @@ class Measurement(Base):
     rel_err: Mapped[float | None] = mapped_column(Float)
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     baseline_us: Mapped[float | None] = mapped_column(Float)  # SDPA default, same session
+    # Under what the time was taken (autotune.environment): SDPA's speed is torch's and
+    # cuDNN's, a kernel's depends on the driver, and every time depends on the clock it ran at.
+    regime: Mapped[str | None] = mapped_column(String(32))
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    torch_version: Mapped[str | None] = mapped_column(String(64))
+    cudnn_version: Mapped[str | None] = mapped_column(String(32))
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     config: Mapped[KernelConfig] = relationship()
@@ -146,6 +155,15 @@ class Baseline(Base):
     p20_us: Mapped[float] = mapped_column(Float)
     p80_us: Mapped[float] = mapped_column(Float)
     tflops: Mapped[float] = mapped_column(Float)
+    # Under what the time was taken (autotune.environment): SDPA's speed is torch's and
+    # cuDNN's, a kernel's depends on the driver, and every time depends on the clock it ran at.
+    regime: Mapped[str | None] = mapped_column(String(32))
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    torch_version: Mapped[str | None] = mapped_column(String(64))
+    cudnn_version: Mapped[str | None] = mapped_column(String(32))
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -170,12 +188,44 @@ class BestConfig(Base):
     speedup_vs_flash: Mapped[float | None] = mapped_column(Float)
     trials: Mapped[int] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(String(32), default="tuned")  # tuned | imported
+    p20_us: Mapped[float | None] = mapped_column(Float)
+    p80_us: Mapped[float | None] = mapped_column(Float)
+    # How the winner was chosen over the runner-up: "fastest" (p20-p80 ranges apart) or a tie
+    # rule ("tie: sdpa" / "tie: resources"), and what it was chosen over.
+    decision: Mapped[str | None] = mapped_column(Text)
+    runner_up_us: Mapped[float | None] = mapped_column(Float)
+    torch_version: Mapped[str | None] = mapped_column(String(64))
+    cudnn_version: Mapped[str | None] = mapped_column(String(32))
+    regime: Mapped[str | None] = mapped_column(String(32))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
                                                  onupdate=utcnow)
 
     device: Mapped[Device] = relationship()
     problem: Mapped[ProblemRow] = relationship()
     config: Mapped[KernelConfig] = relationship()
+
+
+class RuntimeMiss(Base):
+    """Problems `attention()` served without an exact tuned entry, counted per process and
+    added here off the hot path (autotune.misses): what to tune next."""
+
+    __tablename__ = "runtime_misses"
+    __table_args__ = (
+        UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id", "path",
+                         name="uq_runtime_misses"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_name: Mapped[str] = mapped_column(String(128))
+    compute_capability: Mapped[int] = mapped_column(Integer)
+    sm_count: Mapped[int] = mapped_column(Integer)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    path: Mapped[str] = mapped_column(String(16))  # nearest | heuristic | sdpa | fallback
+    count: Mapped[int] = mapped_column(BigInteger)
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    problem: Mapped[ProblemRow] = relationship()
 
 
 def check_column_bounds(session: Session, *_: object) -> None:
