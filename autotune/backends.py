@@ -19,9 +19,10 @@ from ._jsonfile import read_json
 from .compiler import OK, BuildResult, compile_many
 from .compiler import build_key as current_build_key
 from .config import Config
+from .environment import Environment
 from .problem import Problem
 from .ptxas import PtxasReport
-from .space import supported_families
+from .space import load_space, supported_families
 from .store.records import BaselineTiming, DeviceInfo, TrialResult
 from .target import Target, target_for_capability
 
@@ -31,11 +32,22 @@ REPLAY_KEY_PREFIX = "replay-"
 
 @dataclass(frozen=True)
 class Reranking:
-    """Finalists re-timed together, in the order given, and torch SDPA's backends timed in the
-    same rounds (empty where the backend has no new SDPA timing: a replayed recording)."""
+    """Finalists re-timed together, in the order given (torch SDPA's backends among them as
+    configs of family `sdpa`), and the SDPA configs' timings again as baselines by backend."""
 
     results: list[TrialResult]
     baselines: list[BaselineTiming] = field(default_factory=list)
+
+
+def sdpa_baselines(results: Sequence[TrialResult]) -> list[BaselineTiming]:
+    """The timed SDPA configs among re-ranked results, as baselines by backend."""
+    return [BaselineTiming(str(r.config["backend"]), r.median_us, r.p20_us or r.median_us,
+                           r.p80_us or r.median_us, r.env)
+            for r in results if r.config.family == SDPA_FAMILY and r.ok
+            and r.median_us is not None]
+
+
+SDPA_FAMILY = "sdpa"
 
 
 class Backend(Protocol):
@@ -71,7 +83,8 @@ class Backend(Protocol):
 
 
 def _baselines_from_reply(timings: Mapping[str, Any]) -> list[BaselineTiming]:
-    return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"])
+    return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"],
+                           Environment.from_dict(t.get("env")))
             for name, t in timings.items()]
 
 
@@ -81,7 +94,9 @@ def _trial_from_reply(config: Config, build: BuildResult, reply: Mapping[str, An
         config=config, status=str(reply.get("status", "error")),
         reason=str(reply.get("reason", "")), median_us=reply.get("median_us"),
         p20_us=reply.get("p20_us"), p80_us=reply.get("p80_us"), rounds=reply.get("rounds"),
-        rel_err=reply.get("rel_err"), build_key=build.key)
+        rel_err=reply.get("rel_err"), build_key=build.key,
+        env=Environment.from_dict(reply.get("env")),
+        baseline_us=(reply.get("baseline") or {}).get("median_us"))
 
 
 class GpuBackend:
@@ -144,18 +159,15 @@ class GpuBackend:
         configs = [b.config.to_json() for b in builds]
         reply = self._worker.request(
             "rerank", self._payload(problem, configs=configs, rounds=rounds,
-                                    round_ms=round_ms, with_sdpa=True),
+                                    round_ms=round_ms),
             timeout=self._timeout * max(1, len(builds) + 1))
         if reply.get("status") != "ok":
             return Reranking([TrialResult(b.config, str(reply.get("status")),
                                           str(reply.get("reason")), build_key=b.key)
                               for b in builds])
-        results = []
-        for build in builds:
-            t = reply["timings"][build.config.to_json()]
-            results.append(TrialResult(build.config, OK, "", t["median_us"], t["p20_us"],
-                                       t["p80_us"], t["rounds"], build_key=build.key))
-        return Reranking(results, _baselines_from_reply(reply.get("baselines", {})))
+        results = [_trial_from_reply(b.config, b, reply["timings"][b.config.to_json()])
+                   for b in builds]
+        return Reranking(results, sdpa_baselines(results))
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
         reply = self._worker.request("baselines", self._payload(problem, rounds=9, round_ms=40),
@@ -273,6 +285,9 @@ class ReplayBackend:
         results = []
         for config in configs:
             self.build_calls.append(config)
+            if not load_space(config.family).compiled:
+                results.append(BuildResult(config, self._target.arch, OK, cached=True))
+                continue
             row = self._builds.get(config.digest)
             if row is None or "registers" not in row:
                 status = row["status"] if row else "compile_error"
@@ -293,6 +308,14 @@ class ReplayBackend:
     def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
         if problem not in self._sdpa:
             raise ValueError(self._not_recorded([problem]))
+        if config.family == SDPA_FAMILY:  # served from the recording's SDPA timings
+            timing = self._sdpa[problem].get(str(config["backend"]))
+            if timing is None:
+                return {"status": "invalid", "reason": f"torch SDPA's {config['backend']} "
+                        "backend refuses this problem (not in the recording)"}
+            return {"status": "ok", "median_us": timing["median_us"],
+                    "p20_us": timing.get("p20_us", timing["median_us"]),
+                    "p80_us": timing.get("p80_us", timing["median_us"])}
         row = self._rows.get((config.family, problem), {}).get(config.digest)
         if row is None:
             return {"status": "invalid", "reason": "not in the recorded space"}
@@ -314,8 +337,8 @@ class ReplayBackend:
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
                round_ms: float) -> Reranking:
-        return Reranking([self.evaluate(problem, b, rounds=rounds, round_ms=round_ms)
-                          for b in builds])
+        results = [self.evaluate(problem, b, rounds=rounds, round_ms=round_ms) for b in builds]
+        return Reranking(results, sdpa_baselines(results))
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
         sdpa = self._sdpa.get(problem)

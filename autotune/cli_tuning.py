@@ -1,4 +1,5 @@
-"""`cute-autotune tune | best | list | export | import | db`: the tuning-database commands."""
+"""`cute-autotune tune | best | list | misses | export | import | db`: the tuning-database
+commands."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from ._table import render_table
 from .problem import Problem
 from .search import Progress, SearchSettings, TuneOutcome
 from .shapes import load_shape_set
-from .store.records import BestRecord, TrialResult
+from .store.misses_records import MissRecord
+from .store.records import BestRecord, DeviceInfo, TrialResult
 from .store.repo import BrokenRow, TuningStore
-from .store.schema import default_url, describe, make_engine, upgrade
+from .store.schema import StoreError, default_url, describe, make_engine, upgrade
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -66,7 +68,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .search import families_to_search, study_name
     from .tuning import open_backend, tune
 
-    if args.shapes:
+    if args.top is not None and not args.misses:
+        print("--top goes with --misses", file=sys.stderr)
+        return 2
+    if args.misses:
+        named = [flag for flag, value in (("--shapes", args.shapes), ("--heads-q", args.heads_q),
+                                          ("--heads-kv", args.heads_kv),
+                                          ("--seqlen-q", args.seqlen_q),
+                                          ("--seqlen-k", args.seqlen_k)) if value]
+        if named:
+            print(f"tune --misses chooses the problems itself: drop {', '.join(named)} "
+                  "(--head-dim, --dtype and --causal narrow the misses)", file=sys.stderr)
+            return 2
+        if args.top is not None and args.top < 1:
+            print("--top must be at least 1", file=sys.stderr)
+            return 2
+        problems: list[Problem] = []  # chosen once the backend names the GPU
+    elif args.shapes:
         problems = narrow_shape_set(load_shape_set(args.shapes), args)
         if not problems:
             print(f"no problem of shape set {args.shapes} matches --head-dim/--dtype/--causal",
@@ -75,8 +93,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     elif args.heads_q and args.seqlen_q and args.head_dim:
         problems = [problem_from_args(args)]
     else:
-        print("tune needs a shape (--heads-q --seqlen-q --head-dim ...) or --shapes SET",
-              file=sys.stderr)
+        print("tune needs a shape (--heads-q --seqlen-q --head-dim ...), --shapes SET or "
+              "--misses", file=sys.stderr)
         return 2
     if not args.replay:
         from .cli import _gpu_available
@@ -90,17 +108,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
     settings = SearchSettings(sampler=args.sampler, seed=args.seed, trials=args.trials,
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               rerank_top=args.rerank_top, reuse=not args.no_reuse,
-                              resume=args.skip_tuned)
+                              resume=args.skip_tuned, sdpa_finalists=not args.without_sdpa)
     rows: list[list[Any]] = []
     outcomes: list[TuneOutcome] = []
     backend = open_backend(args.replay)
     try:
+        if args.misses:
+            problems = frequent_misses(args, backend.device())
         if isinstance(backend, ReplayBackend):
             backend.require_recorded(problems)
         families = families_to_search(backend, _families_arg(args.family))
-    except ValueError:
+    except (ValueError, StoreError):
         backend.close()
         raise
+    if not problems:
+        backend.close()
+        print(f"no untuned runtime misses of {_gpu_model(backend.device())} in "
+              f"{describe(args.db or default_url())}: nothing to tune")
+        return 0
     bar = tqdm(total=settings.trials * len(families), file=sys.stderr, disable=args.quiet,
                dynamic_ncols=True)
 
@@ -150,6 +175,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
               "run it again with --skip-tuned to continue")
     return 0 if all(o.best for o in outcomes) else 1
+
+
+def _gpu_model(device: DeviceInfo) -> str:
+    return f"{device.name} (sm_{device.compute_capability}, {device.sm_count} SMs)"
+
+
+def frequent_misses(args: argparse.Namespace, device: DeviceInfo) -> list[Problem]:
+    """tune --misses: the problems `attention()` served most often without an exact tuned
+    entry on this GPU model (calls of every path added up), the top --top (default 10) of
+    those --head-dim/--dtype/--causal keep; a problem tuned since it was recorded is left
+    out."""
+    store = TuningStore(args.db, create=False)
+    tuned = {r.problem for r in store.list_best(device)}
+    calls: dict[Problem, int] = {}
+    for m in store.list_misses(device):
+        if m.problem not in tuned:
+            calls[m.problem] = calls.get(m.problem, 0) + m.count
+    ranked = sorted(calls, key=lambda p: -calls[p])  # stable: the latest seen first on ties
+    chosen = narrow_shape_set(ranked, args)[:args.top or 10]
+    if chosen and not args.quiet:
+        print(f"tuning the {len(chosen)} most frequent untuned misses of "
+              f"{_gpu_model(device)}: " + "; ".join(f"{p.describe()} ({calls[p]} calls)"
+                                                    for p in chosen), file=sys.stderr)
+    return chosen
 
 
 def _speedup(o: TuneOutcome, result: TrialResult | None, backend: str) -> float | None:
@@ -294,6 +343,31 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- misses -------------------------------------------------------------------------------------
+
+
+def cmd_misses(args: argparse.Namespace) -> int:
+    store = TuningStore(args.db, create=False)
+    records = store.list_misses(args.device, limit=args.top)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in records], indent=1))
+        return 0
+    where = describe(store.url) + (f" for {args.device}" if args.device else "")
+    if not records:
+        print(f"no runtime misses recorded in {where}")
+        return 0
+    print(render_table(["count", "path", "problem", "device", "last seen (UTC)"],
+                       [_miss_row(r) for r in records]))
+    print(f"\n{len(records)} misses ({sum(r.count for r in records)} calls) in {where}; "
+          "`cute-autotune tune --misses` tunes the most frequent")
+    return 0
+
+
+def _miss_row(r: MissRecord) -> list[Any]:
+    return [r.count, r.path, r.problem.describe(), r.device_name,
+            r.last_seen[:19].replace("T", " ")]
+
+
 # -- export / import / db -----------------------------------------------------------------------
 
 
@@ -371,6 +445,9 @@ def register(sub: Any) -> None:
     p.add_argument("--family", action="append", metavar="FAMILY",
                    help="kernel family to search (repeatable, or a comma list; default: every "
                    "family the GPU runs, e.g. sm80 and sm90 on an H200)")
+    p.add_argument("--without-sdpa", action="store_true",
+                   help="leave torch SDPA's backends out of the final re-ranking (to study the "
+                   "kernels alone; the stored best may then be slower than SDPA)")
     p.add_argument("--trials", type=int, default=40,
                    help="new configs to evaluate per shape and family")
     p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe")
@@ -389,6 +466,12 @@ def register(sub: Any) -> None:
     p.add_argument("--replay", action="append", metavar="RECORDING",
                    help="serve measurements recorded by benchmarks/sweep.py instead of a GPU "
                    "(repeatable: one recording per family)")
+    p.add_argument("--misses", action="store_true",
+                   help="tune the problems `attention()` served most often without an exact "
+                   "tuned entry on this GPU (`cute-autotune misses`; problems tuned since are "
+                   "left out; narrowed by --head-dim, --dtype and --causal when given)")
+    p.add_argument("--top", type=int, metavar="N",
+                   help="with --misses: how many problems (default 10)")
     p.add_argument("--json", help="write the outcomes to this file")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_tune)
@@ -403,6 +486,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("list", help="every tuned problem in the database")
     p.add_argument("--device")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("misses", help="problems `attention()` served without an exact tuned "
+                       "entry, the most frequent first ($CUTE_AUTOTUNE_RECORD_MISSES=0: none "
+                       "recorded)")
+    p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
+    p.add_argument("--top", type=int, metavar="N", help="only the N most frequent")
+    p.add_argument("--json", action="store_true", help="print them as JSON")
+    p.set_defaults(func=cmd_misses)
 
     p = sub.add_parser("export", help="tuned results as JSON")
     p.add_argument("--device")
@@ -426,7 +517,7 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
     p.set_defaults(func=cmd_bench)
 
-    for name in ("tune", "best", "list", "export", "import", "db", "bench"):
+    for name in ("tune", "best", "list", "misses", "export", "import", "db", "bench"):
         sub.choices[name].add_argument(
             "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
             "else a SQLite file in the cache directory)")

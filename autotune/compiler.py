@@ -56,6 +56,9 @@ INVALID = "invalid"
 COMPILE_ERROR = "compile_error"
 TIMEOUT = "timeout"
 INFRASTRUCTURE = "infrastructure"
+# Build keys of torch SDPA configs, which have nothing to build: the versions their speed
+# depends on (torch, cuDNN) are stored with each of their timings instead.
+TORCH_KEY_PREFIX = "torch-"
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,8 @@ def build_key(config: Config, target: Target) -> str:
     """The artifact key a build of `config` for `target` gets from the current kernel sources,
     toolchain and flags (what the cache and the tuning database know a build by)."""
     space = load_space(config.family)
+    if not space.compiled:
+        return f"{TORCH_KEY_PREFIX}{config.digest}"
     return artifact_key(config, space.gencode_for(target), space.source_hash(), toolchain(),
                         NVCC_FLAGS)
 
@@ -152,6 +157,8 @@ def lookup(config: Config, target: Target,
     space = load_space(config.family)
     if space.violations(config, target):
         return None
+    if not space.compiled:
+        return _nothing_to_build(config, target)
     return _cached(config, target, build_key(config, target), cache or ArtifactCache())
 
 
@@ -165,6 +172,8 @@ def compile_config(config: Config, target: Target | None = None,
     reasons = space.violations(config, target)
     if reasons:
         return BuildResult(config, target.arch, INVALID, message="; ".join(reasons))
+    if not space.compiled:
+        return _nothing_to_build(config, target)
     tools = toolchain()
     gencode = space.gencode_for(target)
     key = artifact_key(config, gencode, space.source_hash(), tools, NVCC_FLAGS)
@@ -218,6 +227,12 @@ def compile_config(config: Config, target: Target | None = None,
     entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text},
                       replace=force)
     return _result_from_entry(config, target, key, entry, cached=False)
+
+
+def _nothing_to_build(config: Config, target: Target) -> BuildResult:
+    """The "build" of a torch SDPA config: ready to run, no cubin (key=None: no build row)."""
+    return BuildResult(config, target.arch, OK, cached=True,
+                       message="torch SDPA backend: nothing to compile")
 
 
 def _compile_in_worker(config_json: str, target: Target, cache_root: str, timeout: float,

@@ -2,7 +2,13 @@
 
 Order: the exact problem tuned in the database; else the nearest tuned problem of the same
 dtype, head dim and causality (store.repo.problem_distance); else a built-in default for the
-head dim; else torch SDPA (fallback), with the reason. Tuned configs come from the database
+head dim; else torch SDPA (fallback), with the reason. A tuned winner may be torch SDPA itself
+(a config of the `sdpa` pseudo-family: one backend), and dispatch then calls that backend. The
+kernels are never slower than what the user had where it was measured, and are not guessed at
+where it was not: a kernel family never measured faster than SDPA in the problem's region
+(head dim, dtype, causality, Lq bucket) on this GPU is chosen there neither by the nearest
+lookup nor by the built-in default; SDPA's default runs instead (`untuned="kernel"` restores
+the kernels' built-in defaults everywhere, for testing them). Tuned configs come from the database
 whatever their kernel family (the tuner stored the fastest of all families); each is checked
 against its own family's space and this GPU, and one this GPU cannot run is skipped with the
 reason. The built-in default is that of the family of highest `dispatch_priority` (a key of
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._jsonfile import JsonInputError, read_json
@@ -35,6 +41,18 @@ from .store.repo import BrokenRow, TuningStore
 from .target import Target, target_for_device
 
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
+SDPA_FAMILY = "sdpa"
+UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
+
+
+def lq_bucket(seqlen_q: int) -> str:
+    """The query-length class a region is made of: decode (1, up to 16), short, prefill."""
+    return "1" if seqlen_q <= 1 else "2-16" if seqlen_q <= 16 else (
+        "17-128" if seqlen_q <= 128 else ">128")
+
+
+def region(problem: Problem) -> tuple[int, str, bool, str]:
+    return (problem.head_dim, problem.dtype, problem.causal, lq_bucket(problem.seqlen_q))
 
 
 @dataclass(frozen=True)
@@ -49,18 +67,37 @@ class Decision:
     speedup_vs_sdpa: float | None = None
     kernel: CompiledKernel | None = field(default=None, compare=False, repr=False)
     skipped: tuple[str, ...] = ()  # better-ranked options passed over, each with its reason
+    decided: str | None = None  # how the tuner chose this winner (its margin or tie rule)
+
+    @property
+    def sdpa_backend(self) -> str | None:
+        """The torch SDPA backend this decision runs, when the winner is torch's own."""
+        if self.config is not None and self.config.family == SDPA_FAMILY:
+            return str(self.config["backend"])
+        return None
 
     def describe(self) -> str:
         if self.config is None:
             return f"fallback to torch SDPA: {self.reason}"
         name = load_space(self.config.family).name_of(self.config)
         tuned = self.tuned_problem.describe() if self.tuned_problem else ""
-        where = {EXACT: "tuned for this problem", HEURISTIC: "built-in default for this head dim",
+        where = {EXACT: "tuned for this problem",
+                 HEURISTIC: (self.reason if self.sdpa_backend else
+                             "built-in default for this head dim"),
                  NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})"}[self.path]
+        if self.sdpa_backend is not None:
+            name = f"torch SDPA ({self.sdpa_backend} backend)"
         speed = (f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
-                 if self.measured_tflops and self.speedup_vs_sdpa else "")
+                 f" default" if self.measured_tflops and self.speedup_vs_sdpa else "")
+        if self.decided:
+            speed += f"; {self.decided}"
         passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
         return f"{self.path}: {name}, {where}{speed}{passed}"
+
+
+def _region_text(problem: Problem) -> str:
+    head_dim, dtype, causal, bucket = region(problem)
+    return (f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}")
 
 
 def device_info(index: int) -> DeviceInfo:
@@ -85,10 +122,13 @@ def shipped_results() -> list[dict[str, Any]]:
 
 class Dispatcher:
     def __init__(self, db: str | None = None, *, compile_on_miss: bool = True,
-                 use_shipped: bool = True) -> None:
+                 use_shipped: bool = True, untuned: str = "measured") -> None:
+        if untuned not in ("measured", "kernel"):
+            raise ValueError(f"untuned must be 'measured' or 'kernel', got {untuned!r}")
         self.db = db
         self.compile_on_miss = compile_on_miss
         self.use_shipped = use_shipped
+        self.untuned = untuned
         self._memo: dict[tuple[Any, ...], Decision] = {}
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
@@ -134,24 +174,24 @@ class Dispatcher:
     def _candidates(self, problem: Problem, device: DeviceInfo,
                     target: Target) -> tuple[list[Decision], list[str]]:
         """The options in order of preference, and why better ones are missing (a database
-        that cannot be used, a row refused): reasons the decision keeps."""
+        that cannot be used, a row refused, a family not measured faster than SDPA here):
+        reasons the decision keeps."""
         options: list[Decision] = []
         notes: list[str] = []
+        faster: set[str] | None = None  # kernel families measured faster than SDPA here
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
             store = self.store()
             exact = store.best(device, problem)
             if exact is not None:
-                options.append(Decision(EXACT, "tuned for this problem", exact.config,
-                                        exact.problem, 0.0, exact.median_us, exact.tflops,
-                                        exact.speedup_vs_default))
+                options.append(self._tuned(EXACT, "tuned for this problem", exact, 0.0))
             near = store.nearest(device, problem)
             if near is not None and (exact is None or near[0].config != exact.config):
                 record, distance = near
-                options.append(Decision(NEAREST, "nearest tuned problem", record.config,
-                                        record.problem, distance, record.median_us,
-                                        record.tflops, record.speedup_vs_default))
+                options.append(self._tuned(NEAREST, "nearest tuned problem", record, distance))
+            if self.untuned == "measured":
+                faster = store.families_faster_than_sdpa(device, region(problem), lq_bucket)
         except BrokenRow as exc:
             notes.append(f"refused a database row: {exc}")
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
@@ -160,11 +200,35 @@ class Dispatcher:
                 self._warned_db = True
                 warnings.warn(f"cute-autotune: tuning database unavailable, dispatch uses the "
                               f"built-in defaults: {exc}", stacklevel=2)
+        if self.untuned == "measured":
+            faster = faster or set()
+            kept = []
+            for option in options:
+                assert option.config is not None
+                family = option.config.family
+                if option.path == NEAREST and family != SDPA_FAMILY and family not in faster:
+                    notes.append(f"nearest {family} config not taken: {family} was never "
+                                 f"measured faster than torch SDPA for {_region_text(problem)}")
+                    continue
+                kept.append(option)
+            options = kept
         heuristic = default_config(problem.space_values(), target)
-        if heuristic is not None:
+        if heuristic is not None and (self.untuned == "kernel"
+                                      or heuristic.family in (faster or set())):
             options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
                                     "causality on this GPU", heuristic))
+        elif heuristic is not None:
+            options.append(Decision(
+                HEURISTIC, f"untuned, and no kernel family was measured faster than torch "
+                f"SDPA for {_region_text(problem)} on this GPU",
+                load_space(SDPA_FAMILY).heuristic(problem.space_values())))
         return options, notes
+
+    @staticmethod
+    def _tuned(path: str, reason: str, record: Any, distance: float) -> Decision:
+        return Decision(path, reason, record.config, record.problem, distance,
+                        record.median_us, record.tflops, record.speedup_vs_default,
+                        decided=record.decision)
 
     def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
         return device_info(device_index), target_for_device(device_index)
@@ -176,6 +240,8 @@ class Dispatcher:
         options, problems = self._candidates(problem, device, target)
         for option in options:
             assert option.config is not None
+            if option.config.family == SDPA_FAMILY:  # torch's own: nothing to load
+                return replace(option, skipped=tuple(problems))
             reasons = load_space(option.config.family).violations(option.config, target)
             if reasons:
                 problems.append(f"{option.path} {option.config.family} config cannot run here: "
@@ -183,9 +249,7 @@ class Dispatcher:
                 continue
             kernel = self._load(option.config, target, device_index, problems)
             if kernel is not None:
-                return Decision(option.path, option.reason, option.config, option.tuned_problem,
-                                option.distance, option.measured_us, option.measured_tflops,
-                                option.speedup_vs_sdpa, kernel, tuple(problems))
+                return replace(option, kernel=kernel, skipped=tuple(problems))
         return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
 
     def _load(self, config: Config, target: Target, device_index: int,
@@ -205,6 +269,26 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - a cubin that does not load is a reason
             problems.append(f"cannot load {build.cubin}: {exc}")
             return None
+
+    def kernel_decision(self, problem: Problem, device_index: int) -> Decision:
+        """The best decision that runs one of our kernels (never torch SDPA): for a call that
+        needs what only a kernel gives where SDPA won (its log-sum-exp, when no torch op
+        returns it for the problem)."""
+        device, target = self._identify(device_index)
+        options, problems = self._candidates(problem, device, target)
+        heuristic = default_config(problem.space_values(), target)
+        if heuristic is not None:
+            options.append(Decision(HEURISTIC, "built-in default (SDPA cannot serve this call)",
+                                    heuristic))
+        for option in options:
+            assert option.config is not None
+            if option.config.family == SDPA_FAMILY or load_space(
+                    option.config.family).violations(option.config, target):
+                continue
+            kernel = self._load(option.config, target, device_index, problems)
+            if kernel is not None:
+                return replace(option, kernel=kernel, skipped=tuple(problems))
+        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
 
     def clear(self) -> None:
         with self._lock:

@@ -75,8 +75,36 @@ def task_validate(payload: dict[str, Any]) -> dict[str, Any]:
             "report": report.as_dict()}
 
 
+def _environment(device: int) -> Any:
+    """This worker's software versions (read once), with the regime's name."""
+    from .environment import software
+    from .timing import REGIME
+
+    if device not in _software:
+        _software[device] = software(REGIME)
+    return _software[device]
+
+
+_software: dict[int, Any] = {}
+
+
+def _timing_reply(timing: Any, device: int) -> dict[str, Any]:
+    env = _environment(device).with_clock((timing.sm_clock_mhz, timing.power_w))
+    return {"status": "ok", "median_us": timing.median_us, "p20_us": timing.p20_us,
+            "p80_us": timing.p80_us, "rounds": timing.rounds, "env": env.as_dict()}
+
+
+def _sdpa_candidate(problem: Problem, sets: list[tuple[Any, ...]], backend: str) -> Any:
+    """One SDPA backend over the input sets as a timing candidate; None if it refuses."""
+    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    if any(backend not in b for b in per_set):
+        return None
+    return lambda i: per_set[i][backend]()
+
+
 def task_trial(payload: dict[str, Any]) -> dict[str, Any]:
-    """Validate one config (full validator) then time it on the problem."""
+    """Validate one config (full validator) then time it on the problem, alternating call by
+    call with SDPA's default (the regime of autotune.timing), whose timing comes back too."""
     from .timing import measure
 
     problem = Problem(**payload["problem"])
@@ -100,63 +128,69 @@ def task_trial(payload: dict[str, Any]) -> dict[str, Any]:
         return {**result, "status": "failed_validation",
                 "reason": f"at the tuning shape the output differs from SDPA's by {err:.2e}"}
     name = load_space(config.family).name_of(config)
-    timing = measure({name: lambda i: kernel(*sets[i][:3], out=sets[i][3])}, n_sets=len(sets),
-                     rounds=payload["rounds"], round_ms=payload["round_ms"])[name]
-    return {**result, "median_us": timing.median_us, "p20_us": timing.p20_us,
-            "p80_us": timing.p80_us, "rounds": timing.rounds}
-
-
-def _sdpa_calls(problem: Problem, sets: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """torch SDPA's backends that accept the problem, as timing candidates over the sets."""
-    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
-    names = set.intersection(*(set(b) for b in per_set))
-    return {name: (lambda i, name=name: per_set[i][name]()) for name in sorted(names)}
+    candidates = {name: lambda i: kernel(*sets[i][:3], out=sets[i][3])}
+    reference = _sdpa_candidate(problem, sets, "default")
+    if reference is not None:
+        candidates["sdpa:default"] = reference
+    timings = measure(candidates, n_sets=len(sets), rounds=payload["rounds"],
+                      round_ms=payload["round_ms"])
+    reply = {**result, **_timing_reply(timings[name], payload["device"])}
+    if reference is not None:
+        reply["baseline"] = _timing_reply(timings["sdpa:default"], payload["device"])
+    return reply
 
 
 def task_rerank(payload: dict[str, Any]) -> dict[str, Any]:
-    """Re-time several already-validated configs, interleaved round by round; with
-    `with_sdpa`, torch SDPA's backends take part in the same rounds, so the speed-up stored
-    with the winner compares two kernels timed in one run, not minutes apart."""
+    """Re-time finalists (kernel configs, already validated, and torch SDPA configs: family
+    `sdpa`, one per backend) together in one alternation, so the winner and its speed-up over
+    SDPA come from one measurement. An SDPA backend that refuses the problem comes back as
+    "invalid" with the reason."""
     from .timing import measure
 
     problem = Problem(**payload["problem"])
     sets = problem_inputs(problem)
-    fns = {}
+    fns: dict[str, Any] = {}
+    refused: dict[str, dict[str, Any]] = {}
     for config_json in payload["configs"]:
-        _, kernel = _kernel(config_json, payload["target"], payload["device"])
-        fns[config_json] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
-    # A config's key is its JSON object text, so it cannot collide with a backend's name.
-    sdpa = _sdpa_calls(problem, sets) if payload.get("with_sdpa") else {}
-    timings = measure({**fns, **sdpa}, n_sets=len(sets), rounds=payload["rounds"],
+        config = Config.from_json(config_json)
+        if load_space(config.family).compiled:
+            _, kernel = _kernel(config_json, payload["target"], payload["device"])
+            fns[config_json] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
+            continue
+        candidate = _sdpa_candidate(problem, sets, str(config["backend"]))
+        if candidate is None:
+            refused[config_json] = {"status": "invalid", "reason": f"torch SDPA's "
+                                    f"{config['backend']} backend refuses this problem"}
+        else:
+            fns[config_json] = candidate
+    timings = measure(fns, n_sets=len(sets), rounds=payload["rounds"],
                       round_ms=payload["round_ms"])
-    return {"status": "ok",
-            "timings": {k: timings[k].as_dict() for k in fns},
-            "baselines": {k: timings[k].as_dict() for k in sdpa}}
+    return {"status": "ok", "timings": {**{k: _timing_reply(timings[k], payload["device"])
+                                           for k in fns}, **refused}}
 
 
 def task_baselines(payload: dict[str, Any]) -> dict[str, Any]:
+    """Every SDPA backend that accepts the problem, timed together."""
     from .timing import measure
 
     problem = Problem(**payload["problem"])
     sets = problem_inputs(problem)
-    timings = measure(_sdpa_calls(problem, sets), n_sets=len(sets), rounds=payload["rounds"],
+    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    names = sorted(set.intersection(*(set(b) for b in per_set)))
+    fns = {name: (lambda i, name=name: per_set[i][name]()) for name in names}
+    timings = measure(fns, n_sets=len(sets), rounds=payload["rounds"],
                       round_ms=payload["round_ms"])
-    return {"status": "ok", "timings": {k: t.as_dict() for k, t in timings.items()}}
+    return {"status": "ok",
+            "timings": {k: _timing_reply(t, payload["device"]) for k, t in timings.items()}}
 
 
 def task_device_info(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    props = torch.cuda.get_device_properties(payload["device"])
-    try:
-        import pynvml
+    from .environment import driver_version
 
-        pynvml.nvmlInit()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
-    except Exception:  # noqa: BLE001 - NVML is optional; the CUDA driver version will do
-        version = torch._C._cuda_getDriverVersion()  # type: ignore[attr-defined]
-        driver = f"cuda-driver-{version // 1000}.{(version % 1000) // 10}"
+    props = torch.cuda.get_device_properties(payload["device"])
+    driver = driver_version()
     return {"status": "ok", "name": props.name,
             "compute_capability": props.major * 10 + props.minor,
             "sm_count": props.multi_processor_count, "driver_version": driver,

@@ -60,6 +60,14 @@ class Problem:
         """Forward FLOPs that matter: 2 GEMMs x 2 FLOPs per multiply-add, unmasked pairs only."""
         return 4 * self.batch * self.heads_q * self.head_dim * self.visible_pairs
 
+    @property
+    def bytes(self) -> int:
+        """Bytes a forward pass must move at least: Q and O once, K and V once (2-byte types);
+        the figure of merit of memory-bound (decode) problems."""
+        q = self.batch * self.heads_q * self.seqlen_q * self.head_dim
+        kv = self.batch * self.heads_kv * self.seqlen_k * self.head_dim
+        return 2 * (2 * q + 2 * kv)
+
     def space_values(self) -> dict[str, int | str | bool]:
         """The problem-bound parameters of a kernel config."""
         return {"head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal}

@@ -27,11 +27,12 @@ import numbers
 import os
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from .dispatch import FALLBACK, Decision, Dispatcher
+from .dispatch import EXACT, FALLBACK, UNTUNED_ENV, Decision, Dispatcher, device_info
+from .misses import MissRecorder
 from .problem import Problem
 from .space import families, load_space
 from .tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld
@@ -49,18 +50,73 @@ class Unsupported(RuntimeError):
 
 
 _dispatcher: Dispatcher | None = None
+_recorder: MissRecorder | None = None
 _warned: set[str] = set()
 _lock = threading.Lock()
+# Geometries served by torch SDPA as a fallback (no kernel for them), with their miss counter.
+_fallback_misses: dict[tuple[Any, ...], Any] = {}
 
 
 @dataclass(frozen=True)
 class _Prepared:
-    """Everything a repeated call needs: the launcher's plan and the output's geometry."""
+    """Everything a repeated call needs: the launcher's plan and the output's geometry, or
+    the torch SDPA backend that won this problem."""
 
-    launch: Any  # launcher Plan.launch(q, k, v, out, lse, stream)
+    launch: Any  # launcher Plan.launch(q, k, v, out, lse, stream); None for torch SDPA
     out_shape: tuple[int, ...]
     out_stride: tuple[int, ...]
     lse_shape: tuple[int, int, int]
+    sdpa: _SdpaRun | None = None
+    miss: Any = None  # misses.Miss of a problem served without an exact tuned entry
+
+
+class _SdpaRun:
+    """A torch SDPA backend chosen by dispatch (it won the problem), called with the kwargs
+    made once. With return_lse, a torch op of that backend that returns the log-sum-exp
+    itself; where none runs the problem, the best kernel of ours (resolved on the first such
+    call, then kept)."""
+
+    def __init__(self, backend: str, problem: Problem, causal: bool, scale: float | None,
+                 layout: str, device_index: int) -> None:
+        self.backend, self.problem, self.causal = backend, problem, causal
+        self.scale, self.layout, self.device_index = scale, layout, device_index
+        self._with_lse: Any = None
+        self._lock = threading.Lock()
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 return_lse: bool) -> Any:
+        from .sdpa import sdpa_call
+
+        if return_lse:
+            if self._with_lse is None:
+                with self._lock:
+                    if self._with_lse is None:
+                        self._with_lse = self._resolve_lse(q, k, v)
+            return self._with_lse(q, k, v)
+        out = sdpa_call(self.backend, q, k, v, causal=self.causal, scale=self.scale,
+                        layout=self.layout)()
+        return out if self.layout == "bhld" else out.transpose(1, 2)
+
+    def _resolve_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        from .sdpa import lse_call
+
+        real_scale = (1.0 / math.sqrt(self.problem.head_dim) if self.scale is None
+                      else float(self.scale))
+        call = lse_call(self.backend, q, k, v, causal=self.causal, scale=real_scale,
+                        layout=self.layout)
+        if call is not None:
+            return call
+        decision = dispatcher().kernel_decision(self.problem, self.device_index)
+        if decision.kernel is None:
+            raise Unsupported(f"return_lse=True: no torch op of the {self.backend} backend "
+                              f"returns the log-sum-exp here, and no kernel runs it: "
+                              f"{decision.reason}")
+        plan = _kernel_plan(decision, q, k, v, self.problem, self.scale, self.layout)
+
+        def with_kernel(q: Any, k: Any, v: Any) -> Any:
+            return _run(plan, q, k, v, True)
+
+        return with_kernel
 
 
 # (shapes, strides, dtype, device, causal, scale, layout) -> _Prepared. Filled on the first call
@@ -69,21 +125,53 @@ _prepared: dict[tuple[Any, ...], _Prepared] = {}
 
 
 def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
-              use_shipped: bool = True) -> Dispatcher:
-    """Replace the process-wide dispatcher (and forget its decisions)."""
-    global _dispatcher
-    made = _new_dispatcher(db, compile_on_miss, use_shipped)
+              use_shipped: bool = True, untuned: str | None = None) -> Dispatcher:
+    """Replace the process-wide dispatcher (and forget its decisions). `untuned="kernel"`
+    runs the kernels' built-in defaults on problems nobody tuned even where no kernel was
+    measured faster than torch SDPA (default "measured": SDPA there;
+    $CUTE_AUTOTUNE_UNTUNED)."""
+    global _dispatcher, _recorder
+    made = _new_dispatcher(db, compile_on_miss, use_shipped, untuned)
     with _lock:
         _dispatcher = made
         _prepared.clear()
+        _fallback_misses.clear()
+        old, _recorder = _recorder, None
+    if old is not None:
+        old.close()  # the counts so far go to the database they were counted for
     return made
 
 
+def recorder() -> MissRecorder:
+    """The process's counter of runtime misses, writing to the dispatcher's database."""
+    global _recorder
+    if _recorder is None:
+        with _lock:
+            if _recorder is None:
+                _recorder = MissRecorder(lambda: dispatcher().store())
+    return _recorder
+
+
+def _miss(decision: Decision, problem: Problem, device_index: int) -> Any:
+    """The miss counter of a decision that is not an exact tuned entry (None for one that is,
+    or when recording is off)."""
+    if decision.path == EXACT:
+        return None
+    path = f"{decision.path}:sdpa" if decision.sdpa_backend else decision.path
+    try:
+        return recorder().miss(device_info(device_index), problem, path)
+    except Exception:  # noqa: BLE001 - counting must never stop attention
+        return None
+
+
 def _new_dispatcher(db: str | None = None, compile_on_miss: bool | None = None,
-                    use_shipped: bool = True) -> Dispatcher:
+                    use_shipped: bool = True, untuned: str | None = None) -> Dispatcher:
     if compile_on_miss is None:
         compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
-    return Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped)
+    if untuned is None:
+        untuned = os.environ.get(UNTUNED_ENV, "measured") or "measured"
+    return Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped,
+                      untuned=untuned)
 
 
 def dispatcher() -> Dispatcher:
@@ -217,6 +305,8 @@ def _run(prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          return_lse: bool) -> Any:
     import torch
 
+    if prepared.sdpa is not None:
+        return prepared.sdpa(q, k, v, return_lse)
     out = torch.empty_strided(prepared.out_shape, prepared.out_stride, dtype=q.dtype,
                               device=q.device)
     lse = (torch.empty(prepared.lse_shape, dtype=torch.float32, device=q.device)
@@ -229,20 +319,53 @@ def _run(prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
              scale: float | None, layout: str) -> tuple[_Prepared | None, str]:
     """Decide for this geometry and build its launch plan; (None, reason) if it cannot run."""
-    import torch
 
     problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
     if reason is not None or problem is None:
         return None, reason or "unsupported"
-    decision = dispatcher().decide(problem, q.device.index or 0)
+    device_index = q.device.index or 0
+    decision = dispatcher().decide(problem, device_index)
+    if decision.sdpa_backend is not None:
+        backend = decision.sdpa_backend
+        if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
+            backend = "default"  # a stored backend this torch refuses: torch's own choice
+        run = _SdpaRun(backend, problem, causal, scale, layout, device_index)
+        lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
+        return _Prepared(None, tuple(q.shape), tuple(q.stride()), lse_shape, run,
+                         _miss(decision, problem, device_index)), ""
     if decision.kernel is None:
         return None, decision.reason
+    plan = _kernel_plan(decision, q, k, v, problem, scale, layout)
+    return replace(plan, miss=_miss(decision, problem, device_index)), ""
+
+
+def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+             causal: bool, scale: float | None, layout: str) -> bool:
+    """Whether torch SDPA's `backend` runs these inputs (one call, made once per geometry)."""
+    from .sdpa import sdpa_call
+
+    if backend == "default":
+        return True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sdpa_call(backend, q, k, v, causal=causal, scale=scale, layout=layout)()
+        except RuntimeError:
+            return False
+    return True
+
+
+def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 problem: Problem, scale: float | None, layout: str) -> _Prepared:
+    import torch
+
+    assert decision.kernel is not None
     out = torch.empty_like(q)  # the output's geometry: q's shape, dense, in q's memory format
     strides = [tuple(logical_bhld(t, layout).stride()[:3]) for t in (q, k, v, out)]
     real_scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
     plan = decision.kernel.plan(problem, strides, real_scale)  # type: ignore[arg-type]
     lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
-    return _Prepared(plan.launch, tuple(out.shape), tuple(out.stride()), lse_shape), ""
+    return _Prepared(plan.launch, tuple(out.shape), tuple(out.stride()), lse_shape)
 
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -259,6 +382,8 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             and (return_lse is True or return_lse is False) \
             and not (q.requires_grad or k.requires_grad or v.requires_grad) \
             and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGN_BYTES:
+        if prepared.miss is not None:
+            prepared.miss.calls += 1
         return _run(prepared, q, k, v, return_lse)
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     reason = ""
@@ -267,12 +392,27 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         prepared, reason = _prepare(q, k, v, causal=causal, scale=scale, layout=layout)
         if prepared is not None:
             _prepared[key] = prepared
+            if prepared.miss is not None:
+                prepared.miss.calls += 1
             return _run(prepared, q, k, v, return_lse)
+        _count_fallback(key, q, k, v, causal=causal, layout=layout)
     else:
         _, why = read_inputs(q, k, v, causal=causal, layout=layout)
         reason = why or "unsupported"
     return _fallback(q, k, v, causal=causal, scale=scale, layout=layout,
                      return_lse=return_lse, reason=reason, strict=strict)
+
+
+def _count_fallback(key: tuple[Any, ...], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    *, causal: bool, layout: str) -> None:
+    """Count a call of a CUDA problem that no kernel serves (it runs torch SDPA)."""
+    if key not in _fallback_misses:
+        problem, _ = read_inputs(q, k, v, causal=causal, layout=layout)
+        _fallback_misses[key] = (_miss(Decision(FALLBACK, ""), problem, q.device.index or 0)
+                                 if problem is not None else None)
+    miss = _fallback_misses[key]
+    if miss is not None:
+        miss.calls += 1
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

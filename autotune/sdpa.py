@@ -71,3 +71,71 @@ def accepted_backends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
                 continue
         accepted[name] = call
     return accepted
+
+
+def _blhd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """[B, L, H, D] view of a tensor in `layout` (no copy)."""
+    return t if layout == "blhd" else t.transpose(1, 2)
+
+
+def _lse_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+               layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    # FlashAttention-2's forward: GQA natively, causal aligned bottom-right as ours.
+    qb, kb, vb = (_blhd(t, layout) for t in (q, k, v))
+    out, lse, *_ = torch.ops.aten._flash_attention_forward(
+        qb, kb, vb, None, None, qb.shape[1], kb.shape[1], 0.0, causal, False, scale=scale)
+    return out, lse
+
+
+def _lse_efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   scale: float, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    qb, kb, vb = (_blhd(t, layout) for t in (q, k, v))
+    group = qb.shape[2] // kb.shape[2]
+    if group > 1:  # the memory-efficient kernel has no GQA: expand the key/value heads
+        kb, vb = (t.repeat_interleave(group, dim=2) for t in (kb, vb))
+    out, lse, *_ = torch.ops.aten._efficient_attention_forward(
+        qb, kb, vb, None, None, None, None, None, 0.0, 2 if causal else 0, True, scale=scale)
+    return out, lse[:, :, : qb.shape[1]]
+
+
+def _lse_cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+               layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    qh, kh, vh = (logical_bhld(t, layout) for t in (q, k, v))
+    if kh.shape[1] != qh.shape[1] or (causal and qh.shape[2] != kh.shape[2]):
+        raise RuntimeError("the cuDNN op is used for MHA, and causal only with Lq == Lk")
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_cudnn_attention(
+        qh, kh, vh, None, True, 0.0, causal, False, scale=scale)
+    return out.transpose(1, 2), lse.reshape(qh.shape[0], qh.shape[1], qh.shape[2])
+
+
+# The torch ops that return the log-sum-exp with the output, per backend; "default" takes the
+# first that runs the problem in torch's own order of preference on recent GPUs.
+_LSE_OPS = {"flash": (_lse_flash,), "efficient": (_lse_efficient,), "cudnn": (_lse_cudnn,),
+            "default": (_lse_cudnn, _lse_flash, _lse_efficient)}
+LseCall = Callable[[Any, Any, Any], tuple[Any, Any]]
+
+
+def lse_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+             scale: float, layout: str = "bhld") -> LseCall | None:
+    """A call (q, k, v) -> (out in q's layout, fp32 LSE [B, Hq, Lq]) through a torch op of
+    `backend` that computes the log-sum-exp itself, tried once on these inputs; None when no
+    such op runs the problem (the caller then runs a kernel of ours instead: the LSE is never
+    computed by a reference on the hot path)."""
+    for op in _LSE_OPS[backend]:
+        def call(q: Any, k: Any, v: Any, op: Any = op) -> tuple[Any, Any]:
+            out, lse = op(q, k, v, causal, scale, layout)
+            return (out if layout == "blhd" else out.transpose(1, 2)), lse.float()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                call(q, k, v)
+            except (RuntimeError, NotImplementedError):
+                continue
+        return call
+    return None

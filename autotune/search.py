@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._process import Owner, is_gone, this_process
-from .backends import Backend
+from .backends import SDPA_FAMILY, Backend
 from .compiler import INFRASTRUCTURE, BuildResult
+from .compiler import INVALID as INVALID_CONFIG
 from .config import Config, InvalidConfig
 from .problem import Problem
 from .space import load_space, supported_families, unsupported_reason
@@ -71,6 +72,9 @@ class SearchSettings:
     tpe_startup: int = 5  # random trials before TPE models the space
     local_search: bool = True  # half of each TPE batch: neighbours of the incumbent
     seed_heuristic: bool = True  # try the family's default config for the problem class first
+    # torch SDPA's backends join the final re-ranking (the stored best may be SDPA itself);
+    # off only to study the kernels' search alone.
+    sdpa_finalists: bool = True
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -275,13 +279,17 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
     # SDPA is timed again in every session (a second or two), for the search trials' records;
     # the speed-up stored with the best config comes from SDPA timed in the re-timing's own
     # interleaved rounds where the backend can (GPU), never from another run.
-    measured = backend.baselines(problem)
+    searched = any(load_space(f).compiled for f in chosen)
+    measured = backend.baselines(problem) if searched else []
     store.record_baselines(device, problem, studies[chosen[0]], measured)
     baselines = {b.backend: b for b in measured}
     sdpa_default = _median_us(baselines, "default")
 
+    # torch SDPA is not searched (a handful of backends): each backend is a finalist of every
+    # re-ranking. Asked for alone (`--family sdpa`), the session only re-ranks them.
     searches = [_search_family(problem, family, studies[family], backend, store, settings,
-                               sdpa_default, on_progress) for family in chosen]
+                               sdpa_default, on_progress)
+                for family in chosen if load_space(family).compiled]
     finalists = [(search.study, config) for search in searches for config in search.top]
     # A best config of a family not searched now (tuned earlier) defends its place in the same
     # re-timing, so that tuning one family again cannot replace a faster kernel of another.
@@ -296,17 +304,15 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
         finalists.append((defender, stored.config))
         defender_trials = _counted_trials(store, defender)
 
-    reranked, beside = _rerank(problem, backend, store, settings, finalists, device,
-                               studies[chosen[0]], sdpa_default)
-    if beside:
-        baselines = beside
-        sdpa_default = _median_us(baselines, "default")
-    winner = min(reranked, key=lambda r: r.result.median_us or math.inf) if reranked else None
+    if settings.sdpa_finalists or not searches:
+        finalists += [(study_name(device, SDPA_FAMILY, problem), c)
+                      for c in sdpa_configs(problem)]
     total = sum(search.total_trials for search in searches) + defender_trials
-    if winner is not None:
-        store.set_best(device, problem, winner.result, measurement_id=winner.measurement_id,
-                       study=winner.study, trials=total, sdpa_default_us=sdpa_default,
-                       sdpa_flash_us=_median_us(baselines, "flash"))
+    final = rerank_finalists(problem, backend, store, settings, finalists, device,
+                             studies[chosen[0]], sdpa_default, trials=total)
+    reranked, winner = final.reranked, final.winner
+    if final.baselines:
+        baselines = final.baselines
     outcomes = []
     for search in searches:
         mine = [r.result for r in reranked if r.result.config.family == search.family]
@@ -554,7 +560,7 @@ def _record(study: Any, trial: Any, config: Config, result: TrialResult, build: 
 
     trial.set_user_attr("build_key", build.key)
     store.record_trial(device, problem, result, build=build, study=name, phase="search",
-                       baseline_us=sdpa_default)
+                       baseline_us=result.baseline_us or sdpa_default)
     trial.set_user_attr("status", result.status)
     if result.ok and result.median_us is not None:
         study.tell(trial, result.median_us)
@@ -589,18 +595,87 @@ def _settled_on_exit(study: Any, trials: list[Any]) -> Iterator[set[int]]:
         raise
 
 
-def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: SearchSettings,
-            finalists: list[tuple[str, Config]], device: DeviceInfo, baseline_study: str,
-            sdpa_default: float | None
-            ) -> tuple[list[_Reranked], dict[str, BaselineTiming]]:
-    """Re-time the finalists of every family together (interleaved on the GPU); the winner
-    comes from these measurements, not from a lucky search sample. Each measurement is
-    recorded under the study of its config's family. Also returns SDPA's timings from the same
-    rounds by backend (recorded under `baseline_study`), or {} where the backend has none."""
+def sdpa_configs(problem: Problem) -> list[Config]:
+    """torch SDPA's backends as configs of the `sdpa` family for this problem's class: every
+    re-ranking times each one that accepts the problem beside the kernels' finalists."""
+    space = load_space(SDPA_FAMILY)
+    fixed = problem.space_values()
+    return [space.config(**fixed, backend=str(b)) for b in space.params["backend"].values]
+
+
+@dataclass(frozen=True)
+class Final:
+    """A re-ranking's outcome: every finalist timed (those that ran), SDPA's timings by
+    backend from the same alternation, the winner and how it was chosen."""
+
+    reranked: list[_Reranked]
+    baselines: dict[str, BaselineTiming]
+    winner: _Reranked | None
+    decision: str
+    runner_up: TrialResult | None
+
+
+def _resources(build: BuildResult | None) -> tuple[int, int] | None:
+    if build is None or build.ptxas is None:
+        return None
+    smem = build.launch_info.smem_bytes if build.launch_info else 0
+    return build.ptxas.registers, smem
+
+
+def _label(config: Config) -> str:
+    return load_space(config.family).name_of(config)
+
+
+def choose_winner(reranked: Sequence[_Reranked],
+                  builds: dict[str, BuildResult] | None = None
+                  ) -> tuple[_Reranked | None, str, TrialResult | None]:
+    """The fastest finalist, unless its p20-p80 range overlaps the runner-up's: then torch
+    SDPA if it is one of the two, else the one with fewer registers and less shared memory
+    (neither using fewer: the faster median). Returns (winner, decision, the other one)."""
+    ordered = sorted(reranked, key=lambda r: r.result.median_us or math.inf)
+    if not ordered:
+        return None, "no finalist ran", None
+    first = ordered[0]
+    if len(ordered) == 1:
+        return first, "the only finalist that ran", None
+    second = ordered[1]
+    a, b = first.result, second.result
+    assert a.median_us is not None and b.median_us is not None
+    gap = 100 * (b.median_us / a.median_us - 1)
+    if not ((a.p20_us or a.median_us) <= (b.p80_us or b.median_us)
+            and (b.p20_us or b.median_us) <= (a.p80_us or a.median_us)):
+        return first, f"fastest: {gap:.1f}% ahead of {_label(b.config)}, p20-p80 ranges " \
+                      "apart", b
+    tie = f"tie with {_label(b.config)} ({gap:.1f}% apart, p20-p80 ranges overlap)"
+    sdpa = [r for r in (first, second) if r.result.config.family == SDPA_FAMILY]
+    if sdpa:
+        chosen = sdpa[0]
+        other = second if chosen is first else first
+        return chosen, f"{tie}: torch SDPA preferred", other.result
+    builds = builds or {}
+    ra, rb = (_resources(builds.get(r.result.config.digest)) for r in (first, second))
+    if ra is not None and rb is not None and rb != ra and rb[0] <= ra[0] and rb[1] <= ra[1]:
+        return second, (f"{tie}: fewer registers and less shared memory ({rb[0]} regs, "
+                        f"{rb[1]} B against {ra[0]}, {ra[1]})"), a
+    if ra is not None and rb is not None and ra != rb and ra[0] <= rb[0] and ra[1] <= rb[1]:
+        return first, (f"{tie}: fewer registers and less shared memory ({ra[0]} regs, "
+                       f"{ra[1]} B against {rb[0]}, {rb[1]})"), b
+    return first, f"{tie}: neither uses fewer resources, the faster median kept", b
+
+
+def rerank_finalists(problem: Problem, backend: Backend, store: TuningStore,
+                     settings: SearchSettings, finalists: list[tuple[str, Config]],
+                     device: DeviceInfo, baseline_study: str, sdpa_default: float | None, *,
+                     trials: int, phase: str = "rerank", write_best: bool = True) -> Final:
+    """Re-time the finalists of every family, torch SDPA's backends among them, together in
+    one alternation (autotune.timing); record each measurement under its family's study,
+    choose the winner (`choose_winner`) and, with `write_best`, store it as the best config
+    of (device, problem) with the speed-up over SDPA from the same alternation."""
     if not finalists:
-        return [], {}
+        return Final([], {}, None, "no finalist", None)
     study_of = {config.digest: study for study, config in finalists}
-    builds: list[BuildResult] = [b for b in backend.build([c for _, c in finalists]) if b.ok]
+    unique = list(dict.fromkeys(c for _, c in finalists))
+    builds: list[BuildResult] = [b for b in backend.build(unique) if b.ok]
     reranking = backend.rerank(problem, builds, rounds=settings.rerank_rounds,
                                round_ms=settings.rerank_round_ms)
     beside = {b.backend: b for b in reranking.baselines}
@@ -609,12 +684,20 @@ def _rerank(problem: Problem, backend: Backend, store: TuningStore, settings: Se
         sdpa_default = _median_us(beside, "default") or sdpa_default
     final = []
     for build, result in zip(builds, reranking.results, strict=True):
+        if result.status == INVALID_CONFIG and build.config.family == SDPA_FAMILY:
+            continue  # a backend that refuses the problem is not a finalist
         study = study_of[build.config.digest]
         measurement_id = store.record_trial(device, problem, result, build=build, study=study,
-                                            phase="rerank", baseline_us=sdpa_default)
+                                            phase=phase, baseline_us=sdpa_default)
         if result.ok:
             final.append(_Reranked(result, measurement_id, study))
-    return final, beside
+    winner, decision, runner_up = choose_winner(final, {b.config.digest: b for b in builds})
+    if winner is not None and write_best:
+        store.set_best(device, problem, winner.result, measurement_id=winner.measurement_id,
+                       study=winner.study, trials=trials, sdpa_default_us=sdpa_default,
+                       sdpa_flash_us=_median_us(beside, "flash"), decision=decision,
+                       runner_up_us=runner_up.median_us if runner_up else None)
+    return Final(final, beside, winner, decision, runner_up)
 
 
 def _median_us(baselines: dict[str, BaselineTiming], backend: str) -> float | None:

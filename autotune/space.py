@@ -24,6 +24,9 @@ from .toolchain import kernel_source_hash
 
 PROBLEM = "problem"
 TUNABLE = "tunable"
+# What a family's configs are: CuTe kernels compiled by nvcc, or torch's own SDPA backends
+# (the `sdpa` pseudo-family: nothing to compile, always a finalist of the re-ranking).
+CUDA, TORCH = "cuda", "torch"
 
 
 @dataclass(frozen=True)
@@ -69,16 +72,18 @@ class Space:
         self.source = source
         try:
             self.family: str = data["family"]
+            self.kind: str = data.get("kind", CUDA)
             self.description: str = data.get("description", "")
             self.min_cc: int = int(data.get("min_compute_capability", 0))
             self.max_cc: int = int(data.get("max_compute_capability", 10_000))
             # Which family's built-in default dispatch prefers when several could run a problem
             # that nobody tuned (the highest wins); tuned results choose by measurement instead.
             self.dispatch_priority: int = int(data.get("dispatch_priority", 0))
-            self.gencode: str = data["gencode"]
-            self.header: str = data["header"]
-            self.entry_macro: str = data["entry_macro"]
-            self.traits_template: str = data["traits"]
+            compiled = self.kind == CUDA
+            self.gencode: str = data["gencode"] if compiled else ""
+            self.header: str = data["header"] if compiled else ""
+            self.entry_macro: str = data["entry_macro"] if compiled else ""
+            self.traits_template: str = data["traits"] if compiled else ""
             self.name_template: str = data["name"]
             params = [
                 Param(
@@ -100,8 +105,11 @@ class Space:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{source}: malformed space file ({exc!r})") from None
         check_family_name(self.family)
+        if self.kind not in (CUDA, TORCH):
+            raise ValueError(f"{source}: kind {self.kind!r} is not {CUDA!r} or {TORCH!r}")
         header = Path(self.header)
-        if header.is_absolute() or ".." in header.parts or len(header.parts) < 2:
+        if self.kind == CUDA and (header.is_absolute() or ".." in header.parts
+                                  or len(header.parts) < 2):
             raise ValueError(f"{source}: header {self.header!r} is not a path inside a family's "
                              "folder of kernel_src/")
         self.params: dict[str, Param] = {p.name: p for p in params}
@@ -127,6 +135,11 @@ class Space:
     def from_file(cls, path: Path) -> Space:
         with open(path, "rb") as f:
             return cls(tomllib.load(f), str(path))
+
+    @property
+    def compiled(self) -> bool:
+        """Whether configs of this family are kernels nvcc builds (not torch's SDPA)."""
+        return self.kind == CUDA
 
     def supports(self, cc: int) -> bool:
         """Whether devices of compute capability `cc` (90 for sm_90) can run this family."""
@@ -252,6 +265,8 @@ class Space:
 
     def source_hash(self) -> str:
         """Hash of the device sources this family's kernels are built from."""
+        if not self.compiled:
+            return ""
         return kernel_source_hash(Path(self.header).parts[0])
 
 
@@ -266,10 +281,16 @@ def _family_names() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in search_spaces_dir().glob("*.toml")))
 
 
+def kernel_families() -> list[str]:
+    """The families of compiled kernels (every family but torch's `sdpa`)."""
+    return [f for f in families() if load_space(f).compiled]
+
+
 def supported_families(target: Target | int) -> list[str]:
-    """The families whose kernels run on `target` (a Target or a compute capability), by name."""
+    """The kernel families whose kernels run on `target` (a Target or a compute capability),
+    by name (torch's `sdpa` pseudo-family is not one: it runs wherever torch does)."""
     cc = target if isinstance(target, int) else target.cc
-    return [f for f in families() if load_space(f).supports(cc)]
+    return [f for f in kernel_families() if load_space(f).supports(cc)]
 
 
 def default_config(problem_values: Mapping[str, Value], target: Target) -> Config | None:
@@ -291,7 +312,7 @@ def default_config(problem_values: Mapping[str, Value], target: Target) -> Confi
 def unsupported_reason(target: Target | int) -> str:
     """Why no family runs on `target`, naming what each family needs."""
     cc = target if isinstance(target, int) else target.cc
-    spaces = [load_space(f) for f in families()]
+    spaces = [load_space(f) for f in kernel_families()]
     needs = ", ".join(f"{s.family} needs {s.cc_range()}" for s in spaces)
     if all(cc < s.min_cc for s in spaces):
         return f"sm_{cc} is older than any kernel family supports ({needs})"

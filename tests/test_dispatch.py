@@ -32,7 +32,9 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
 
     def factory(target_cc: int = 90, **kwargs: Any) -> Dispatcher:
-        d = Dispatcher(f"sqlite:///{tmp_path}/user.db", **kwargs)
+        # The kernels' built-in defaults on untuned problems, as before the no-regret rule
+        # (tests/test_no_regret.py covers the rule itself).
+        d = Dispatcher(f"sqlite:///{tmp_path}/user.db", **{"untuned": "kernel", **kwargs})
         target = (target_for_arch(target_cc) if target_cc >= 80
                   else Target(target_cc, 65536, f"sm_{target_cc}"))
         d._identify = lambda index: (H200, target)  # type: ignore[method-assign]

@@ -22,6 +22,12 @@ from autotune.space import load_space
 from autotune.store.repo import TuningStore
 from autotune.target import target_for_arch
 
+
+def kernel_settings(**values: object) -> SearchSettings:
+    """Settings of a session studying the kernels' search alone: torch SDPA's backends out of
+    the final re-ranking (tests/test_no_regret.py covers them in it)."""
+    return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
+
 REPO = Path(__file__).resolve().parent.parent
 SM80_RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
 H200 = target_for_arch(90)
@@ -131,7 +137,7 @@ def test_the_fastest_family_wins_and_dispatch_runs_it(
                                                    others_us=2 * best80)))
     db = f"sqlite:///{tmp_path}/two.db"
     out_json = tmp_path / "tune.json"
-    assert main(["tune", *shape_args(problem), "--replay", str(SM80_RECORDING),
+    assert main(["tune", "--without-sdpa", *shape_args(problem), "--replay", str(SM80_RECORDING),
                  "--replay", str(recording), "--sampler", "grid", "--trials", "8",
                  "--db", db, "--json", str(out_json), "--quiet"]) == 0
     table = capsys.readouterr().out
@@ -190,7 +196,7 @@ def test_a_slower_family_loses(sm80: dict[str, Any], problem: Problem, tmp_path:
     slow = sm90_recording(sm80, problem, fastest_us=1.1 * worst80, others_us=1.2 * worst80)
     backend = ReplayBackend([sm80, slow])
     store = TuningStore(f"sqlite:///{tmp_path}/slow.db")
-    outcome = tune_problem(problem, backend, store, SearchSettings(trials=10, seed=0))
+    outcome = tune_problem(problem, backend, store, kernel_settings(trials=10, seed=0))
     assert outcome.best is not None and outcome.best.config.family == "sm80"
     sm90 = outcome.family("sm90")
     assert sm90 is not None and sm90.evaluated == 10  # searched, with its own budget
@@ -215,14 +221,16 @@ def test_one_family_asked_for_searches_only_that_family(
                                                    others_us=100.0)))
     db = f"sqlite:///{tmp_path}/one.db"
     replay = ["--replay", str(SM80_RECORDING), "--replay", str(recording)]
-    assert main(["tune", *shape_args(problem), *replay, "--family", "sm80", "--trials", "6",
+    assert main(["tune", "--without-sdpa", *shape_args(problem), *replay, "--family", "sm80",
+                 "--trials", "6",
                  "--db", db, "--quiet"]) == 0
     table = capsys.readouterr().out
     assert study_families(db) == {"sm80"}  # on an sm_90 target, yet no sm90 study
     assert "fwd_sm90_" not in table and "*" not in table
     assert {t["config"]["family"] for t in TuningStore(db).trials()} == {"sm80"}
     # a comma list searches both; the sm80 best tuned above competes again and loses
-    assert main(["tune", *shape_args(problem), *replay, "--family", "sm80,sm90", "--trials",
+    assert main(["tune", "--without-sdpa", *shape_args(problem), *replay, "--family",
+                 "sm80,sm90", "--trials",
                  "6", "--sampler", "grid", "--db", db, "--quiet"]) == 0
     capsys.readouterr()
     assert study_families(db) == {"sm80", "sm90"}
@@ -238,10 +246,10 @@ def test_tuning_one_family_again_cannot_replace_a_faster_one(
     backend = ReplayBackend([sm80, sm90_recording(sm80, problem, fastest_us=best80 / 1.25,
                                                   others_us=2 * best80)])
     store = TuningStore(f"sqlite:///{tmp_path}/again.db")
-    grid = SearchSettings(sampler="grid", trials=8)
+    grid = kernel_settings(sampler="grid", trials=8)
     first = tune_problem(problem, backend, store, grid)
     assert first.best is not None and first.best.config.family == "sm90"
-    again = tune_problem(problem, backend, store, SearchSettings(trials=6), families=["sm80"])
+    again = tune_problem(problem, backend, store, kernel_settings(trials=6), families=["sm80"])
     assert [f.family for f in again.families] == ["sm80"]
     # the stored sm90 best was re-timed beside the sm80 finalists and kept its place
     assert again.best is not None and again.best.config == first.best.config
@@ -263,7 +271,7 @@ def test_warm_start_enqueues_only_the_searched_family(sm80: dict[str, Any],
     store.set_best(backend.device(), first, TrialResult(sm90_best, "ok", median_us=1.0),
                    measurement_id=None, study="imported", trials=1, sdpa_default_us=None,
                    sdpa_flash_us=None, source="imported")
-    warm = tune_problem(second, backend, store, SearchSettings(trials=4, seed=5))
+    warm = tune_problem(second, backend, store, kernel_settings(trials=4, seed=5))
     study = optuna.load_study(study_name=warm.study, storage=store.url)
     tried = [Config.from_json(t.user_attrs["config"]) for t in study.trials]
     assert all(c.family == "sm80" for c in tried)
@@ -288,8 +296,8 @@ def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
     recording.write_text(json.dumps(sm90))
     db = f"sqlite:///{tmp_path}/pieces.db"
     base = ["tune", "--shapes", str(shapes), "--head-dim", "128", "--skip-tuned", "--trials", "6",
-            "--sampler", "grid",
-            "--replay", str(SM80_RECORDING), "--replay", str(recording), "--db", db, "--quiet"]
+            "--sampler", "grid", "--replay", str(SM80_RECORDING), "--replay", str(recording),
+            "--db", db, "--quiet", "--without-sdpa"]
 
     def tuned(family: str, out: str) -> list[dict[str, Any]]:
         assert main([*base, "--family", family, "--json", str(tmp_path / out)]) == 0

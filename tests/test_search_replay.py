@@ -21,6 +21,12 @@ from autotune.store.records import BaselineTiming
 from autotune.store.repo import TuningStore
 from autotune.tuning import best_config
 
+
+def kernel_settings(**values: object) -> SearchSettings:
+    """Settings of a session studying the kernels' search alone: torch SDPA's backends out of
+    the final re-ranking (tests/test_no_regret.py covers them in it)."""
+    return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
+
 REPO = Path(__file__).resolve().parent.parent
 RECORDING = Path(os.environ.get("CUTE_AUTOTUNE_TEST_RECORDING",
                                 REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"))
@@ -48,7 +54,7 @@ def exhaustive_best(backend: ReplayBackend, problem: Problem) -> float:
 
 def test_end_to_end_study_then_best(backend: ReplayBackend, store: TuningStore) -> None:
     problem = backend.problems[0]
-    outcome = tune_problem(problem, backend, store, SearchSettings(trials=20, seed=0))
+    outcome = tune_problem(problem, backend, store, kernel_settings(trials=20, seed=0))
     assert outcome.best is not None and outcome.evaluated == 20
     assert outcome.best.median_us is not None
     assert outcome.best.median_us >= exhaustive_best(backend, problem) * (1 - 1e-9)
@@ -66,7 +72,7 @@ def test_end_to_end_study_then_best(backend: ReplayBackend, store: TuningStore) 
 def test_static_pruning_never_reaches_the_compiler(backend: ReplayBackend,
                                                    store: TuningStore) -> None:
     problem = backend.problems[0]
-    outcome = tune_problem(problem, backend, store, SearchSettings(trials=25, seed=1))
+    outcome = tune_problem(problem, backend, store, kernel_settings(trials=25, seed=1))
     space, target = load_space("sm80"), backend.target()
     assert outcome.pruned > 0, "the sampler never proposed an invalid config (test is vacuous)"
     assert backend.build_calls and all(space.is_valid(c, target) for c in backend.build_calls)
@@ -85,7 +91,7 @@ def test_failures_are_recorded_with_their_reasons(backend: ReplayBackend, store:
               configs[1].digest: ("timeout", "no answer within 120 s (hang?)"),
               configs[2].digest: ("failed_validation", "relative error 3.1e-01 above 1.0e-03")}
     faulty = ReplayBackend(recording, faults=faults)
-    outcome = tune_problem(problem, faulty, store, SearchSettings(sampler="grid", trials=400))
+    outcome = tune_problem(problem, faulty, store, kernel_settings(sampler="grid", trials=400))
     assert outcome.failed == 3
     statuses = {(t["status"], t["reason"]) for t in store.trials(study=outcome.study)}
     assert set(faults.values()) <= statuses
@@ -98,8 +104,8 @@ def test_failures_are_recorded_with_their_reasons(backend: ReplayBackend, store:
 
 def test_resuming_adds_trials(backend: ReplayBackend, store: TuningStore) -> None:
     problem = backend.problems[0]
-    first = tune_problem(problem, backend, store, SearchSettings(trials=8, seed=2))
-    second = tune_problem(problem, backend, store, SearchSettings(trials=8, seed=2))
+    first = tune_problem(problem, backend, store, kernel_settings(trials=8, seed=2))
+    second = tune_problem(problem, backend, store, kernel_settings(trials=8, seed=2))
     assert first.study == second.study
     assert first.total_trials == 8 and second.total_trials == 16
     evaluated = [t for t in store.trials(study=first.study) if t["phase"] == "search"]
@@ -109,7 +115,7 @@ def test_resuming_adds_trials(backend: ReplayBackend, store: TuningStore) -> Non
 
 def test_measurements_are_reused_not_retimed(backend: ReplayBackend, store: TuningStore) -> None:
     problem = backend.problems[0]
-    grid = SearchSettings(sampler="grid", trials=10)
+    grid = kernel_settings(sampler="grid", trials=10)
     first = tune_problem(problem, backend, store, grid)
     measured = {c.digest for c in backend.build_calls}
     optuna.delete_study(study_name=first.study, storage=store.url)  # forget the search only
@@ -125,7 +131,7 @@ def test_measurements_are_reused_not_retimed(backend: ReplayBackend, store: Tuni
 
 def test_grid_search_is_exhaustive(backend: ReplayBackend, store: TuningStore) -> None:
     problem = backend.problems[0]
-    outcome = tune_problem(problem, backend, store, SearchSettings(sampler="grid", trials=1000))
+    outcome = tune_problem(problem, backend, store, kernel_settings(sampler="grid", trials=1000))
     valid = len(load_space("sm80").valid_configs(backend.target(), problem.space_values()))
     assert outcome.evaluated == valid
     assert outcome.best is not None and outcome.best.median_us is not None
@@ -140,9 +146,9 @@ def test_warm_start_tries_the_nearest_tuned_best_first(backend: ReplayBackend,
     if not pairs:
         pytest.fail("the recording needs two shapes of one problem class for this test")
     first, second = pairs[0]
-    tuned = tune_problem(first, backend, store, SearchSettings(trials=12, seed=5))
+    tuned = tune_problem(first, backend, store, kernel_settings(trials=12, seed=5))
     assert tuned.best is not None
-    warm = tune_problem(second, backend, store, SearchSettings(trials=4, seed=5))
+    warm = tune_problem(second, backend, store, kernel_settings(trials=4, seed=5))
     study = optuna.load_study(study_name=warm.study, storage=store.url)
     first_trial = min(study.trials, key=lambda t: t.number)
     assert Config.from_json(first_trial.user_attrs["config"]) == tuned.best.config
@@ -196,7 +202,7 @@ def test_search_efficiency_on_the_recorded_sweeps(backend: ReplayBackend,
     misses = []
     for problem in backend.problems:
         for seed in range(3):
-            settings = SearchSettings(trials=quarter(backend, problem), seed=seed, warm_start=0)
+            settings = kernel_settings(trials=quarter(backend, problem), seed=seed, warm_start=0)
             if trials_to_reach(backend, problem, settings, 1.02, tmp_path) is None:
                 misses.append(f"{problem.describe()} seed {seed}")
     assert not misses, misses
@@ -209,7 +215,7 @@ def test_search_efficiency_without_the_default_tile(backend: ReplayBackend,
     within_2, runs, misses_5 = 0, 0, []
     for problem in backend.problems:
         for seed in range(3):
-            settings = SearchSettings(trials=quarter(backend, problem), seed=seed, warm_start=0,
+            settings = kernel_settings(trials=quarter(backend, problem), seed=seed, warm_start=0,
                                       seed_heuristic=False)
             runs += 1
             if trials_to_reach(backend, problem, settings, 1.02, tmp_path) is not None:
@@ -229,12 +235,12 @@ def test_every_session_times_sdpa_again(backend: ReplayBackend, store: TuningSto
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The speed-up stored with a best config divides two timings of the same run."""
     problem = backend.problems[0]
-    tune_problem(problem, backend, store, SearchSettings(trials=2, seed=0))
+    tune_problem(problem, backend, store, kernel_settings(trials=2, seed=0))
     first = store.latest_baselines(backend.device(), problem)["default"].median_us
     recorded = backend.baselines(problem)
     monkeypatch.setattr(backend, "baselines", lambda p: [
         type(b)(b.backend, 2 * b.median_us, 2 * b.p20_us, 2 * b.p80_us) for b in recorded])
-    again = tune_problem(problem, backend, store, SearchSettings(trials=2, seed=0))
+    again = tune_problem(problem, backend, store, kernel_settings(trials=2, seed=0))
     assert again.baselines["default"].median_us == 2 * first
     best = store.best(backend.device(), problem)
     assert best is not None and best.sdpa_default_us == 2 * first
@@ -257,7 +263,7 @@ def test_the_stored_speedup_uses_sdpa_timed_beside_the_finalists(
     backend = _SdpaBesideFinalists(recording)
     problem = backend.problems[0]
     standalone = {b.backend: b.median_us for b in backend.baselines(problem)}
-    outcome = tune_problem(problem, backend, store, SearchSettings(trials=8, seed=0))
+    outcome = tune_problem(problem, backend, store, kernel_settings(trials=8, seed=0))
     assert outcome.best is not None and outcome.best.median_us is not None
     beside = standalone["default"] * 1.25
     assert outcome.baselines["default"].median_us == pytest.approx(beside)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config, InvalidConfig
+from ..environment import Environment
 from ..problem import MAX_SIZE, Problem
 from ..space import load_space, validate_config
 from ..target import MAX_CC, MIN_CC, target_for_capability, tensor_peak_flops
@@ -43,6 +44,8 @@ class ImportEntry:
     sdpa_flash_us: float | None
     trials: int
     study: str
+    decision: str | None = None
+    runner_up_us: float | None = None
 
     @property
     def key(self) -> tuple[str, int, int, Problem]:
@@ -137,12 +140,29 @@ def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEn
         raise BrokenRow(f"{config.family} config cannot run on {device.name} "
                         f"(sm_{device.compute_capability}): {'; '.join(reasons)}")
     median = _median(entry, "median_us", problem, device)
+    env = Environment(
+        regime=_optional_text(entry, "regime", _length(BestConfig.regime)),
+        torch_version=_optional_text(entry, "torch_version", _length(BestConfig.torch_version)),
+        cudnn_version=_optional_text(entry, "cudnn_version", _length(BestConfig.cudnn_version)))
+    result = TrialResult(config, "ok", median_us=median,
+                         p20_us=_median(entry, "p20_us", problem, device, optional=True),
+                         p80_us=_median(entry, "p80_us", problem, device, optional=True),
+                         env=env if any(env.as_dict().values()) else None)
     return ImportEntry(
-        device, problem, TrialResult(config, "ok", median_us=median),
+        device, problem, result,
         _median(entry, "sdpa_default_us", problem, device, optional=True),
         _median(entry, "sdpa_flash_us", problem, device, optional=True),
         _integer(entry, "trials", 0, MAX_SIZE, default=0),
-        _text(entry, "study", _length(BestConfig.study), default="imported"))
+        _text(entry, "study", _length(BestConfig.study), default="imported"),
+        _optional_text(entry, "decision", 2000) or None,
+        _median(entry, "runner_up_us", problem, device, optional=True))
+
+
+def _optional_text(data: dict[str, Any], name: str, limit: int) -> str:
+    """A text field that may be absent or null (""), else bounded like `_text`."""
+    if data.get(name) is None:
+        return ""
+    return _text(data, name, limit)
 
 
 def parse_export(data: Any) -> list[ImportEntry]:

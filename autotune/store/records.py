@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import Config
+from ..environment import Environment
 from ..problem import Problem
 
 OK = "ok"
@@ -44,6 +45,8 @@ class TrialResult:
     max_abs_err: float | None = None
     build_key: str | None = None
     reused: bool = False  # served from the database instead of measured again
+    env: Environment | None = None  # what it was timed under (versions, clock, power)
+    baseline_us: float | None = None  # SDPA's default timed in the same alternation
 
     @property
     def ok(self) -> bool:
@@ -61,6 +64,7 @@ class BaselineTiming:
     median_us: float
     p20_us: float
     p80_us: float
+    env: Environment | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,13 @@ class BestRecord:
     source: str = "tuned"
     updated_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    p20_us: float | None = None
+    p80_us: float | None = None
+    decision: str | None = None  # "fastest ..." or the tie rule that chose it
+    runner_up_us: float | None = None
+    torch_version: str | None = None
+    cudnn_version: str | None = None
+    regime: str | None = None
 
     @property
     def speedup_vs_default(self) -> float | None:

@@ -7,19 +7,21 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import event, func, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import case, event, func, select, update
+from sqlalchemy.engine import CursorResult, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from ..cache import DIGEST
 from ..compiler import BuildResult
 from ..config import Config, InvalidConfig
+from ..environment import Environment
 from ..problem import Problem
 from ..space import validate_config
 from .exchange import EXPORT_FORMAT, EXPORT_VERSION, BrokenRow, ImportEntry, parse_export
+from .misses_records import MissRecord
 from .models import (
     Baseline,
     BestConfig,
@@ -28,6 +30,7 @@ from .models import (
     KernelConfig,
     Measurement,
     ProblemRow,
+    RuntimeMiss,
     check_column_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
@@ -74,6 +77,25 @@ def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
             raise BrokenRow(f"stored config {row.digest} is for another problem class "
                             f"({mismatch} differ)")
     return config
+
+
+def _env_columns(env: Environment | None) -> dict[str, Any]:
+    """The columns a timing's environment is stored in (measurements, baselines)."""
+    if env is None:
+        return {}
+    return {"regime": env.regime or None, "driver_version": env.driver_version or None,
+            "cuda_version": env.cuda_version or None,
+            "torch_version": env.torch_version or None,
+            "cudnn_version": env.cudnn_version or None, "sm_clock_mhz": env.sm_clock_mhz,
+            "power_w": env.power_w}
+
+
+def _env_of(row: Measurement | Baseline) -> Environment | None:
+    if row.regime is None and row.torch_version is None:
+        return None
+    return Environment(row.regime or "", row.driver_version or "", row.cuda_version or "",
+                       row.torch_version or "", row.cudnn_version or "", row.sm_clock_mhz,
+                       row.power_w)
 
 
 RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
@@ -169,7 +191,8 @@ class TuningStore:
                 study=study, phase=phase, status=result.status, reason=result.reason,
                 median_us=result.median_us, p20_us=result.p20_us, p80_us=result.p80_us,
                 rounds=result.rounds, tflops=result.tflops(problem), rel_err=result.rel_err,
-                max_abs_err=result.max_abs_err, baseline_us=baseline_us)
+                max_abs_err=result.max_abs_err, baseline_us=baseline_us,
+                **_env_columns(result.env))
             s.add(row)
             s.flush()
             return row.id
@@ -194,7 +217,7 @@ class TuningStore:
                 return None
             return TrialResult(config, row.status, row.reason, row.median_us, row.p20_us,
                                row.p80_us, row.rounds, row.rel_err, row.max_abs_err, build_key,
-                               reused=True)
+                               reused=True, env=_env_of(row))
 
     def trials(self, device: DeviceInfo | None = None, problem: Problem | None = None,
                study: str | None = None) -> list[dict[str, Any]]:
@@ -223,14 +246,16 @@ class TuningStore:
                 s.add(Baseline(device_id=device_id, problem_id=problem_id, study=study,
                                backend=t.backend, median_us=t.median_us, p20_us=t.p20_us,
                                p80_us=t.p80_us,
-                               tflops=problem.flops / (t.median_us * 1e-6) / 1e12))
+                               tflops=problem.flops / (t.median_us * 1e-6) / 1e12,
+                               **_env_columns(t.env)))
 
     def latest_baselines(self, device: DeviceInfo, problem: Problem) -> dict[str, BaselineTiming]:
         with self._transaction() as s:
             rows = s.scalars(select(Baseline).where(
                 Baseline.device_id == self._device(s, device).id,
                 Baseline.problem_id == self._problem(s, problem).id).order_by(Baseline.id)).all()
-            return {r.backend: BaselineTiming(r.backend, r.median_us, r.p20_us, r.p80_us)
+            return {r.backend: BaselineTiming(r.backend, r.median_us, r.p20_us, r.p80_us,
+                                              _env_of(r))
                     for r in rows}
 
     # -- best configs -----------------------------------------------------------------------
@@ -238,7 +263,8 @@ class TuningStore:
     def set_best(self, device: DeviceInfo, problem: Problem, result: TrialResult, *,
                  measurement_id: int | None, study: str, trials: int,
                  sdpa_default_us: float | None, sdpa_flash_us: float | None,
-                 source: str = "tuned") -> None:
+                 source: str = "tuned", decision: str | None = None,
+                 runner_up_us: float | None = None) -> None:
         if not result.ok or result.median_us is None:
             raise ValueError("only a timed result can be the best")
         with self._transaction() as s:
@@ -246,13 +272,14 @@ class TuningStore:
                            self._config(s, result.config).id, problem, result,
                            measurement_id=measurement_id, study=study, trials=trials,
                            sdpa_default_us=sdpa_default_us, sdpa_flash_us=sdpa_flash_us,
-                           source=source)
+                           source=source, decision=decision, runner_up_us=runner_up_us)
 
     @staticmethod
     def _put_best(s: Session, device_id: int, problem_id: int, config_id: int,
                   problem: Problem, result: TrialResult, *, measurement_id: int | None,
                   study: str, trials: int, sdpa_default_us: float | None,
-                  sdpa_flash_us: float | None, source: str,
+                  sdpa_flash_us: float | None, source: str, decision: str | None = None,
+                  runner_up_us: float | None = None,
                   row: BestConfig | None = None) -> None:
         """Insert or replace the best row of (device, problem), inside a transaction (`row`:
         the existing one, when the caller has it)."""
@@ -275,6 +302,13 @@ class TuningStore:
         row.speedup_vs_flash = sdpa_flash_us / median if sdpa_flash_us else None
         row.trials = trials
         row.source = source
+        row.p20_us, row.p80_us = result.p20_us, result.p80_us
+        row.decision = decision[:2000] if decision else None
+        row.runner_up_us = runner_up_us
+        env = result.env
+        row.torch_version = env.torch_version or None if env else None
+        row.cudnn_version = env.cudnn_version or None if env else None
+        row.regime = env.regime or None if env else None
         row.updated_at = datetime.now(UTC)
         s.add(row)
 
@@ -302,7 +336,10 @@ class TuningStore:
             config=_config_of(row.config, problem), median_us=row.median_us, tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
-            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "")
+            updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
+            p20_us=row.p20_us, p80_us=row.p80_us, decision=row.decision,
+            runner_up_us=row.runner_up_us, torch_version=row.torch_version,
+            cudnn_version=row.cudnn_version, regime=row.regime)
 
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""
@@ -374,6 +411,36 @@ class TuningStore:
             distance, _, row = min(candidates, key=lambda c: (c[0], c[1]))
             return self._record(row), distance
 
+    def families_faster_than_sdpa(self, device: DeviceInfo,
+                                  region: tuple[int, str, bool, str],
+                                  bucket: Callable[[int], str]) -> set[str]:
+        """The kernel families timed faster than torch SDPA's default beside them on some
+        problem of `region` (head dim, dtype, causality, Lq bucket as `bucket` names it) on
+        this GPU model: a stored best with a speed-up above 1, or a measurement faster than
+        the SDPA timing stored with it."""
+        head_dim, dtype, causal, lq = region
+
+        def inside(p: ProblemRow) -> bool:
+            return (p.head_dim, p.dtype, bool(p.causal)) == (head_dim, dtype, causal) \
+                and bucket(p.seqlen_q) == lq
+
+        with self._transaction() as s:
+            found = {row.family for row in self._best_rows(s, device)
+                     if inside(row.problem) and row.family != "sdpa"
+                     and (row.speedup_vs_default or 0) > 1.0}
+            query = (select(KernelConfig.family, ProblemRow).select_from(Measurement)
+                     .join(KernelConfig).join(ProblemRow).join(Device)
+                     .where(Device.name == device.name,
+                            Device.compute_capability == device.compute_capability,
+                            Device.sm_count == device.sm_count,
+                            ProblemRow.head_dim == head_dim, ProblemRow.dtype == dtype,
+                            ProblemRow.causal == causal, Measurement.status == "ok",
+                            KernelConfig.family != "sdpa",
+                            Measurement.median_us < Measurement.baseline_us)
+                     .distinct())
+            found |= {family for family, p in s.execute(query) if inside(p)}
+            return found
+
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
         with self._transaction() as s:
@@ -413,6 +480,9 @@ class TuningStore:
                 "median_us": r.median_us, "tflops": r.tflops,
                 "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
                 "trials": r.trials, "study": r.study, "source": r.source,
+                "p20_us": r.p20_us, "p80_us": r.p80_us, "decision": r.decision,
+                "runner_up_us": r.runner_up_us, "torch_version": r.torch_version,
+                "cudnn_version": r.cudnn_version, "regime": r.regime,
             } for r in self.list_best(device)],
         }
 
@@ -452,7 +522,8 @@ class TuningStore:
                     s, *ids, configs[entry.result.config], entry.problem, entry.result,
                     measurement_id=None, study=entry.study, trials=entry.trials,
                     sdpa_default_us=entry.sdpa_default_us, sdpa_flash_us=entry.sdpa_flash_us,
-                    source="imported",
+                    source="imported", decision=entry.decision,
+                    runner_up_us=entry.runner_up_us,
                     row=existing.get(ids) or BestConfig(device_id=ids[0], problem_id=ids[1]))
                 counts["imported"] += 1
         return counts
@@ -483,3 +554,111 @@ class TuningStore:
             return True
         return refresh_imported and existing.source == "imported" and (
             existing.config, existing.median_us) != (entry.result.config, entry.result.median_us)
+
+    # -- runtime misses ---------------------------------------------------------------------
+
+    def add_misses(self, entries: Sequence[tuple[DeviceInfo, Problem, str, int, datetime,
+                                                 datetime]]) -> int:
+        """Add counts of runtime misses, (device, problem, path, count, first seen, last seen)
+        each, in one transaction: a stored key's count grows by `count`, its first seen becomes
+        the earlier and its last seen the later; a new key is inserted. Entries of one key
+        (device name, compute capability, SM count, problem, path) are merged first. Returns
+        the rows touched.
+
+        Safe beside other processes adding the same keys: counts are added in SQL (`count =
+        count + n`, never read and written back), and an insert that loses the race to a
+        concurrent one (IntegrityError) is retried once in a fresh transaction, which then
+        finds the other's row and adds to it."""
+        merged = _merge_misses(entries)
+        if not merged:
+            return 0
+        try:
+            return self._add_misses(merged, retry=True)
+        except _InsertRace:
+            return self._add_misses(merged, retry=False)
+
+    def _add_misses(self, merged: dict[_MissKey, tuple[int, datetime, datetime]], *,
+                    retry: bool) -> int:
+        with self._transaction() as s:
+            try:
+                problems = self._problem_ids(s, {key[3] for key in merged})
+                for (name, cc, sm, problem, path), (count, first, last) in merged.items():
+                    seen = update(RuntimeMiss).where(
+                        RuntimeMiss.device_name == name, RuntimeMiss.compute_capability == cc,
+                        RuntimeMiss.sm_count == sm, RuntimeMiss.problem_id == problems[problem],
+                        RuntimeMiss.path == path,
+                    ).values(
+                        count=RuntimeMiss.count + count,
+                        first_seen=case((RuntimeMiss.first_seen > first, first),
+                                        else_=RuntimeMiss.first_seen),
+                        last_seen=case((RuntimeMiss.last_seen < last, last),
+                                       else_=RuntimeMiss.last_seen),
+                    ).execution_options(synchronize_session=False)
+                    if cast("CursorResult[Any]", s.execute(seen)).rowcount == 0:
+                        s.add(RuntimeMiss(device_name=name, compute_capability=cc, sm_count=sm,
+                                          problem_id=problems[problem], path=path, count=count,
+                                          first_seen=first, last_seen=last))
+                s.flush()
+            except IntegrityError:
+                if not retry:
+                    raise
+                raise _InsertRace from None  # leaves the transaction, which rolls back
+            return len(merged)
+
+    def list_misses(self, device: DeviceInfo | str | None = None, *,
+                    limit: int | None = None) -> list[MissRecord]:
+        """Stored runtime misses, the most frequent first (of one GPU model: name, compute
+        capability and SM count; of a device name; or of every device)."""
+        with self._transaction() as s:
+            query = select(RuntimeMiss).options(joinedload(RuntimeMiss.problem))
+            if isinstance(device, str):
+                query = query.where(RuntimeMiss.device_name == device)
+            elif device is not None:
+                query = query.where(RuntimeMiss.device_name == device.name,
+                                    RuntimeMiss.compute_capability == device.compute_capability,
+                                    RuntimeMiss.sm_count == device.sm_count)
+            query = query.order_by(RuntimeMiss.count.desc(), RuntimeMiss.last_seen.desc(),
+                                   RuntimeMiss.id)
+            if limit is not None:
+                query = query.limit(limit)
+            return [MissRecord(row.device_name, row.compute_capability, row.sm_count,
+                               _problem_of(row.problem), row.path, row.count,
+                               _iso_utc(row.first_seen), _iso_utc(row.last_seen))
+                    for row in s.scalars(query)]
+
+
+# -- runtime misses: helpers ----------------------------------------------------------------
+
+# (device name, compute capability, SM count, problem, path): a row of runtime_misses
+_MissKey = tuple[str, int, int, Problem, str]
+
+
+class _InsertRace(Exception):
+    """A concurrent writer inserted a runtime miss this transaction was inserting too."""
+
+
+def _utc(moment: datetime) -> datetime:
+    """An aware UTC time (a naive one is taken as UTC: SQLite hands times back naive, and
+    compares them as text, so every stored time must be UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _iso_utc(moment: datetime) -> str:
+    return _utc(moment).isoformat(timespec="seconds")
+
+
+def _merge_misses(entries: Sequence[tuple[DeviceInfo, Problem, str, int, datetime, datetime]]
+                  ) -> dict[_MissKey, tuple[int, datetime, datetime]]:
+    merged: dict[_MissKey, tuple[int, datetime, datetime]] = {}
+    for device, problem, path, count, first, last in entries:
+        if count < 0:
+            raise ValueError(f"a runtime miss count cannot be negative, got {count}")
+        if count == 0:
+            continue
+        key = (device.name, device.compute_capability, device.sm_count, problem, path)
+        first, last = _utc(first), _utc(last)
+        if key in merged:
+            n, f, la = merged[key]
+            count, first, last = n + count, min(f, first), max(la, last)
+        merged[key] = (count, first, last)
+    return merged

@@ -34,7 +34,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     TuningStore(db).set_best(device_info(0), TUNED, TrialResult(config, "ok", median_us=50.0),
                              measurement_id=None, study="test", trials=1,
                              sdpa_default_us=40.0, sdpa_flash_us=60.0)
-    configure(db=db, use_shipped=False)
+    configure(db=db, use_shipped=False, untuned="kernel")  # the kernels' default, untuned
     yield db
     configure()
 
