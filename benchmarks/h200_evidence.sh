@@ -39,6 +39,12 @@
 #                                              # view (its own process), the fault suite's GPU
 #                                              # tests and every GPU test (sub-spaces sampled,
 #                                              # SAMPLE configs each; cubins in .c90pack)
+#   bash benchmarks/h200_evidence.sh noregret  # issue 13: llm-prefill finalists re-ranked beside
+#                                              # torch SDPA, llm-decode tuned over SDPA's backends,
+#                                              # GPU tests of SDPA dispatch (.c90pack carried)
+#   SETS=llm-prefill bash benchmarks/h200_evidence.sh agreement  # bench beside the plain
+#                                              # alternating-call check and the stored speed-ups
+#                                              # (.tuning/h200.db from noregret carried)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -334,6 +340,37 @@ v3final)
   wait; pack all
   for x in "$f"/sm90_v3_check_*.txt; do echo "$x: $(tail -n 1 "$x")"; done
   tail -n 75 "$f/sm90_bench_llm_prefill_h200.txt"
+  ;;
+noregret)
+  # Issue 13, part 1: every llm-prefill problem's finalists re-ranked beside torch SDPA's
+  # backends in the one timing regime (no new search), llm-decode tuned with torch SDPA's
+  # backends only (no decode kernel yet), the database exported; then the GPU tests of SDPA
+  # dispatch. The database comes back in $OUT/h200.db for the next stage to carry (.tuning/).
+  unpack_cubins; t0=$(date +%s); db="sqlite:////tmp/noregret/h200.db"; mkdir -p /tmp/noregret
+  timeout ${RERANK_S:-330} python3 benchmarks/rerank_prefill.py --db "$db" \
+    --json "$OUT/rerank_prefill_h200.json" > "$OUT/rerank_prefill_h200.txt" 2>&1
+  echo "rerank rc $? at $(( $(date +%s) - t0 )) s"; tail -n 66 "$OUT/rerank_prefill_h200.txt"
+  timeout 120 python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
+    --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
+  echo "decode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 40 "$OUT/tune_llm_decode_h200.txt"
+  cp /tmp/noregret/h200.db "$OUT/h200.db"
+  python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
+  timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_sdpa_dispatch.py \
+    tests/gpu/test_attention_gpu.py -v -rA > "$OUT/pytest_gpu_noregret.txt" 2>&1
+  echo "tests at $(( $(date +%s) - t0 )) s"; tail -n 25 "$OUT/pytest_gpu_noregret.txt"
+  ;;
+agreement)
+  # Issue 13, part 2: bench (the one regime, through attention() and F.sdpa) beside the plain
+  # alternating-call check and the speed-ups stored in the database of `noregret` (carried
+  # as .tuning/h200.db), per shape set (SETS, default both).
+  unpack_cubins; db="sqlite:///$PWD/.tuning/h200.db"
+  for set in ${SETS:-llm-prefill llm-decode}; do
+    timeout ${AGREE_S:-400} python3 benchmarks/timing_agreement.py --db "$db" --shapes "$set" \
+      --bench-json "$OUT/bench_no_regret_${set//-/_}_h200.json" \
+      --agreement-json "$OUT/timing_agreement_${set//-/_}_h200.json" \
+      > "$OUT/agreement_${set//-/_}_h200.txt" 2>&1
+    echo "$set rc $?"; tail -n 70 "$OUT/agreement_${set//-/_}_h200.txt"
+  done
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -1,0 +1,118 @@
+"""The plain alternating-call check: a measurement kept independent of autotune.timing, to hold
+the tuner's regime to account. Eager calls through the public APIs, `autotune.attention` then
+`F.scaled_dot_product_attention` (then each SDPA backend that accepts the problem, under
+`sdpa_kernel`), in that fixed order, the L2 flushed before each call, CUDA events around each,
+the median per callable.
+
+    python benchmarks/alternating_check.py --db URL --shapes llm-prefill [--calls 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+
+def _sdpa(q: Any, k: Any, v: Any, causal: bool, backend: str | None) -> Callable[[], Any]:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    kwargs: dict[str, Any] = {}
+    if q.shape[1] != k.shape[1]:
+        kwargs["enable_gqa"] = True
+    if causal and q.shape[2] == k.shape[2]:
+        kwargs["is_causal"] = True
+    elif causal:
+        kwargs["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
+    if backend is None:
+        return lambda: F.scaled_dot_product_attention(q, k, v, **kwargs)
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+              "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+
+    def call() -> Any:
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    return call
+
+
+def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str, Any]:
+    """Median microseconds per callable: ours (`attention`), SDPA's default, SDPA's backends."""
+    import torch
+
+    import autotune
+
+    shape_q = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
+    shape_kv = (problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
+    q = torch.randn(shape_q, device="cuda", dtype=dtype)
+    k = torch.randn(shape_kv, device="cuda", dtype=dtype)
+    v = torch.randn(shape_kv, device="cuda", dtype=dtype)
+    causal = problem.causal
+    fns: dict[str, Callable[[], Any]] = {
+        "ours": lambda: autotune.attention(q, k, v, causal=causal),
+        "sdpa_default": _sdpa(q, k, v, causal, None)}
+    for backend in ("flash", "efficient", "cudnn"):
+        fn = _sdpa(q, k, v, causal, backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                fn()
+            except RuntimeError:
+                continue
+        fns[f"sdpa_{backend}"] = fn
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    times: dict[str, list[tuple[Any, Any]]] = {name: [] for name in fns}
+    for i in range(warmup + calls):
+        for name, fn in fns.items():
+            scratch.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            if i >= warmup:
+                times[name].append((start, end))
+    torch.cuda.synchronize()
+    medians = {name: statistics.median([s.elapsed_time(e) * 1e3 for s, e in pairs])
+               for name, pairs in times.items()}
+    ours = medians["ours"]
+    return {"shape": problem.describe(), "problem": problem.as_dict(), "calls": calls,
+            "median_us": medians, "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
+            "regret": ours / min(medians.values())}
+
+
+def main() -> int:
+    import autotune
+    from autotune.shapes import load_shape_set
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--shapes", nargs="+", required=True)
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    autotune.configure(db=args.db)
+    rows = []
+    for name in args.shapes:
+        for problem in load_shape_set(name):
+            row = alternating(problem, calls=args.calls)
+            rows.append(row)
+            times = row["median_us"]
+            print(f"{row['shape']:<40} ours {times['ours']:9.1f} us  SDPA "
+                  f"{times['sdpa_default']:9.1f} us  {row['speedup_vs_sdpa_default']:.3f}x"
+                  f"  regret {row['regret']:.3f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
