@@ -20,23 +20,36 @@ if TYPE_CHECKING:
 BACKENDS = ("default", "flash", "efficient", "cudnn")
 
 
-def _backend_enum(name: str) -> Any:
-    from torch.nn.attention import SDPBackend
+# torch's switches of its SDPA backends, in one order: (flash, mem_efficient, math, cudnn,
+# overrideable). `sdpa_kernel` flips the same switches through a context manager that costs
+# about 20 us of host time per call (torch 2.13 on this project's CPU), more than a decode-sized
+# kernel runs; these are flipped directly (about 2 us), as global as torch's own.
+_SWITCHES = ("flash", "mem_efficient", "math", "cudnn", "overrideable")
+_ONLY = {"flash": (True, False, False, False, False),
+         "efficient": (False, True, False, False, False),
+         "cudnn": (False, False, False, True, False)}
 
-    return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+
+def _switches() -> tuple[bool, ...]:
+    import torch
+
+    return (torch._C._get_flash_sdp_enabled(), torch._C._get_mem_efficient_sdp_enabled(),
+            torch._C._get_math_sdp_enabled(), torch._C._get_cudnn_sdp_enabled(),
+            torch._C._get_overrideable_sdp_enabled())
 
 
-def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-              scale: float | None = None, layout: str = "bhld") -> Callable[[], torch.Tensor]:
-    """A closure computing attention with one SDPA backend (output in [B, H, L, D])."""
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
+def _set_switches(values: tuple[bool, ...]) -> None:
+    import torch
 
-    qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
-    lq, lk = qb.shape[2], kb.shape[2]
+    for name, value in zip(_SWITCHES, values, strict=True):
+        getattr(torch._C, f"_set_sdp_use_{name}")(value)
+
+
+def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
+                scale: float | None) -> dict[str, Any]:
+    """The keyword arguments of F.scaled_dot_product_attention for our problem contract."""
     kwargs: dict[str, Any] = {"scale": scale}
-    if qb.shape[1] != kb.shape[1]:
+    if heads_q != heads_kv:
         kwargs["enable_gqa"] = True
     if causal and lq == lk:
         kwargs["is_causal"] = True
@@ -44,16 +57,37 @@ def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *
         from torch.nn.attention.bias import causal_lower_right
 
         kwargs["attn_mask"] = causal_lower_right(lq, lk)
+    return kwargs
 
+
+def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, Any], Any]:
+    """(q, k, v) in [B, H, L, D] -> out through one SDPA backend ("default": torch's choice)."""
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
     if backend == "default":
-        return lambda: F.scaled_dot_product_attention(qb, kb, vb, **kwargs)
-    chosen = _backend_enum(backend)
+        return lambda q, k, v: sdpa(q, k, v, **kwargs)
+    only = _ONLY[backend]
 
-    def call() -> torch.Tensor:
-        with sdpa_kernel(chosen):
-            return F.scaled_dot_product_attention(qb, kb, vb, **kwargs)
+    def call(q: Any, k: Any, v: Any) -> Any:
+        before = _switches()
+        _set_switches(only)
+        try:
+            return sdpa(q, k, v, **kwargs)
+        finally:
+            _set_switches(before)
 
     return call
+
+
+def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+              scale: float | None = None, layout: str = "bhld") -> Callable[[], torch.Tensor]:
+    """A closure computing attention with one SDPA backend (output in [B, H, L, D])."""
+    qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
+    kwargs = sdpa_kwargs(qb.shape[2], kb.shape[2], qb.shape[1], kb.shape[1], causal=causal,
+                         scale=scale)
+    call = backend_call(backend, kwargs)
+    return lambda: call(qb, kb, vb)
 
 
 def accepted_backends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

@@ -646,21 +646,25 @@ def choose_winner(reranked: Sequence[_Reranked],
             and (b.p20_us or b.median_us) <= (a.p80_us or a.median_us)):
         return first, f"fastest: {gap:.1f}% ahead of {_label(b.config)}, p20-p80 ranges " \
                       "apart", b
-    tie = f"tie with {_label(b.config)} ({gap:.1f}% apart, p20-p80 ranges overlap)"
+    def tie(chosen: _Reranked, rule: str) -> str:
+        other = second if chosen is first else first
+        return (f"tie with {_label(other.result.config)} ({gap:.1f}% apart, p20-p80 ranges "
+                f"overlap): {rule}")
+
     sdpa = [r for r in (first, second) if r.result.config.family == SDPA_FAMILY]
     if sdpa:
         chosen = sdpa[0]
         other = second if chosen is first else first
-        return chosen, f"{tie}: torch SDPA preferred", other.result
+        return chosen, tie(chosen, "torch SDPA preferred"), other.result
     builds = builds or {}
     ra, rb = (_resources(builds.get(r.result.config.digest)) for r in (first, second))
     if ra is not None and rb is not None and rb != ra and rb[0] <= ra[0] and rb[1] <= ra[1]:
-        return second, (f"{tie}: fewer registers and less shared memory ({rb[0]} regs, "
-                        f"{rb[1]} B against {ra[0]}, {ra[1]})"), a
+        return second, tie(second, f"fewer registers and less shared memory ({rb[0]} regs, "
+                                   f"{rb[1]} B against {ra[0]}, {ra[1]})"), a
     if ra is not None and rb is not None and ra != rb and ra[0] <= rb[0] and ra[1] <= rb[1]:
-        return first, (f"{tie}: fewer registers and less shared memory ({ra[0]} regs, "
-                       f"{ra[1]} B against {rb[0]}, {rb[1]})"), b
-    return first, f"{tie}: neither uses fewer resources, the faster median kept", b
+        return first, tie(first, f"fewer registers and less shared memory ({ra[0]} regs, "
+                                 f"{ra[1]} B against {rb[0]}, {rb[1]})"), b
+    return first, tie(first, "neither uses fewer resources, the faster median kept"), b
 
 
 def rerank_finalists(problem: Problem, backend: Backend, store: TuningStore,

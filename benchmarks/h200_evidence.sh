@@ -372,5 +372,25 @@ agreement)
     echo "$set rc $?"; tail -n 70 "$OUT/agreement_${set//-/_}_h200.txt"
   done
   ;;
+decode)
+  # Issue 13, part 3 (after SDPA's backends got a direct switch instead of sdpa_kernel's
+  # context manager): llm-decode re-tuned over SDPA's backends into the carried database, its
+  # agreement and bench, the GPU tests of SDPA dispatch and the rest of tests/gpu (sub-spaces
+  # left out). The database comes back in $OUT/h200.db.
+  unpack_cubins; db="sqlite:///$PWD/.tuning/h200.db"; t0=$(date +%s)
+  timeout 120 python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
+    --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
+  echo "decode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 40 "$OUT/tune_llm_decode_h200.txt"
+  cp .tuning/h200.db "$OUT/h200.db"
+  python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
+  timeout 150 python3 benchmarks/timing_agreement.py --db "$db" --shapes llm-decode \
+    --bench-json "$OUT/bench_no_regret_llm_decode_h200.json" \
+    --agreement-json "$OUT/timing_agreement_llm_decode_h200.json" \
+    > "$OUT/agreement_llm_decode_h200.txt" 2>&1
+  echo "agreement rc $? at $(( $(date +%s) - t0 )) s"; tail -n 40 "$OUT/agreement_llm_decode_h200.txt"
+  timeout $(( ${UNTIL:-540} - ($(date +%s) - t0) )) python3 -m pytest tests/gpu tests/faults \
+    -m gpu -k "not every_valid" -rA > "$OUT/pytest_gpu_decode.txt" 2>&1
+  echo "tests at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_gpu_decode.txt" | tail -n 25
+  ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

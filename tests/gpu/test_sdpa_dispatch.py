@@ -119,7 +119,7 @@ def test_torch_compile_and_cuda_graph_with_an_sdpa_winner() -> None:
 
 
 def test_untuned_decode_goes_to_sdpa_without_a_warning() -> None:
-    problem = Problem(4, 32, 8, 1, 4096, 128, "bf16", False)
+    problem = Problem(4, 32, 8, 1, 4096, 64, "fp16", False)  # no tuned problem of its class
     q, k, v = inputs(problem)
     decision = autotune.explain(q, k, v)
     assert decision.path == "heuristic" and decision.sdpa_backend == "default", \
