@@ -3,7 +3,10 @@
 
 The regime ("flushed-alternating"):
 * every timed call starts from a cold L2: a buffer twice the L2 size is overwritten just
-  before it (untimed), as a model's other layers would leave it;
+  before it (untimed), as a model's other layers would leave it, and the GPU then spins for
+  about 50 us, so the host has enqueued the call before its start event fires: the figure is
+  the GPU's time for the call (a decode-sized call runs for less time than Python takes to
+  issue it; host overhead is measured apart, benchmarks/host_overhead.py);
 * candidates alternate call by call (A B C, then a new seeded shuffle of them, ...), so each
   follows every other about equally often and clock or power drift hits them alike;
 * before the timed calls, the same alternation runs untimed for `warmup_ms` (at least three
@@ -12,8 +15,7 @@ The regime ("flushed-alternating"):
 * CUDA events around each call; per candidate the median over its calls is kept, with the
   20th and 80th percentiles as its spread; the SM clock and power are sampled meanwhile.
 
-Calls are enqueued without waiting for the GPU, so host overhead is hidden behind the flush as
-it is in an eager model; a candidate whose host work outlasts the flush shows it.
+Calls are enqueued without waiting for the GPU.
 """
 
 from __future__ import annotations
@@ -72,8 +74,14 @@ def calls_for(per_call_ms: float, rounds: int, round_ms: float, *, min_calls: in
     return int(min(max_calls, max(min_calls, rounds * round_ms / max(per_call_ms, 1e-3))))
 
 
+# GPU clock cycles of the spin after each flush: about 50 us at the H200's 1.98 GHz boost, more
+# at lower clocks; longer than the host takes to issue one attention call and its events.
+SPIN_CYCLES = 100_000
+
+
 class L2Flush:
-    """Overwrites a buffer twice the GPU's L2 cache: what the L2 held is evicted."""
+    """Overwrites a buffer twice the GPU's L2 cache (what the L2 held is evicted), then spins
+    for SPIN_CYCLES so the host gets ahead of the GPU."""
 
     def __init__(self, device: Any = None) -> None:
         import torch
@@ -84,7 +92,10 @@ class L2Flush:
                                    device=f"cuda:{index}")
 
     def __call__(self) -> None:
+        import torch
+
         self._buffer.fill_(0)
+        torch.cuda._sleep(SPIN_CYCLES)
 
 
 def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int = 7,

@@ -1,8 +1,9 @@
 """The plain alternating-call check: a measurement kept independent of autotune.timing, to hold
 the tuner's regime to account. Eager calls through the public APIs, `autotune.attention` then
 `F.scaled_dot_product_attention` (then each SDPA backend that accepts the problem, under
-`sdpa_kernel`), in that fixed order, the L2 flushed before each call, CUDA events around each,
-the median per callable.
+`sdpa_kernel`), in that fixed order, the L2 flushed before each call (then a ~50 us GPU spin,
+so the host has issued the call before its start event fires: GPU time, host overhead apart),
+CUDA events around each, the median per callable.
 
     python benchmarks/alternating_check.py --db URL --shapes llm-prefill [--calls 60]
 """
@@ -72,6 +73,7 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str,
     for i in range(warmup + calls):
         for name, fn in fns.items():
             scratch.zero_()
+            torch.cuda._sleep(100_000)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()

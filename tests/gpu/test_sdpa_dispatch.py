@@ -130,3 +130,31 @@ def test_untuned_decode_goes_to_sdpa_without_a_warning() -> None:
         warnings.simplefilter("error")
         out = autotune.attention(q, k, v, strict=True)
     check(out, q, k, v, problem, "bhld")
+
+
+def test_misses_are_counted_without_a_database_touch_per_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import runtime
+    from autotune.store.repo import TuningStore as Store
+
+    problem = Problem(2, 8, 2, 1, 2048, 64, "bf16", False)  # untuned: SDPA by the rule
+    q, k, v = inputs(problem)
+    writes: list[int] = []
+    original = Store.add_misses
+
+    def counted(self: Store, entries: object) -> int:
+        writes.append(1)
+        return original(self, entries)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "add_misses", counted)
+    dispatcher = runtime.dispatcher()
+    runtime.recorder().flush()  # what earlier tests served
+    writes.clear()
+    before = dispatcher.db_queries
+    for _ in range(200):
+        autotune.attention(q, k, v)
+    assert dispatcher.db_queries == before + 1  # the decision, once
+    assert len(writes) <= 1  # at most the periodic flush, never a write per call
+    runtime.recorder().flush()
+    misses = [m for m in dispatcher.store().list_misses() if m.problem == problem]
+    assert [(m.path, m.count) for m in misses] == [("heuristic:sdpa", 200)]
