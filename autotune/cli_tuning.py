@@ -294,7 +294,10 @@ def _record_json(r: BestRecord) -> dict[str, Any]:
             "tflops": r.tflops,
             "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
             "speedup_vs_default": r.speedup_vs_default, "speedup_vs_flash": r.speedup_vs_flash,
-            "trials": r.trials, "source": r.source, "study": r.study}
+            "trials": r.trials, "source": r.source, "study": r.study,
+            "p20_us": r.p20_us, "p80_us": r.p80_us, "decision": r.decision,
+            "runner_up_us": r.runner_up_us, "torch_version": r.torch_version,
+            "cudnn_version": r.cudnn_version, "regime": r.regime}
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -320,6 +323,13 @@ def cmd_best(args: argparse.Namespace) -> int:
           f"{_fmt(r.sdpa_default_us, '.1f', ' us')} ({_fmt(r.speedup_vs_default, '.2f', 'x')}), "
           f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
           f"{r.trials} trials, {r.source}")
+    if r.p20_us is not None and r.p80_us is not None:
+        print(f"spread: p20 {r.p20_us:.1f} us, p80 {r.p80_us:.1f} us")
+    if r.decision:
+        print(f"decided: {r.decision}")
+    if r.torch_version or r.cudnn_version or r.regime:
+        print(f"timed under: torch {r.torch_version or '?'}, cuDNN {r.cudnn_version or '?'}, "
+              f"regime {r.regime or '?'}")
     if args.json:
         timed = TuningStore(args.db, create=False).timed_build_keys(r.device.name)
         Path(args.json).write_text(json.dumps({
@@ -437,6 +447,108 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- report / recheck ---------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import (
+        NOT_MEASURED,
+        by_device,
+        plot_regret,
+        regret_report,
+        report_dispatcher,
+        summarize,
+    )
+
+    store = TuningStore(args.db, create=False)
+    rows = regret_report(store, report_dispatcher(store), args.device)
+    if not rows:
+        print(f"no stored best configs in {describe(store.url)}"
+              + (f" for {args.device}" if args.device else ""))
+        return 0
+    for (name, cc, sm), group in by_device(rows).items():
+        print(f"{name} (sm_{cc}, {sm} SMs): what dispatch runs, against the fastest measured")
+        print(render_table(
+            ["problem", "path", "dispatched config", "its time", "best measured", "best config",
+             "SDPA default", "regret"],
+            [[r.problem.describe(), r.path, r.config_name,
+              _fmt(r.dispatched_us, ".1f", " us") or NOT_MEASURED, _fmt(r.best_us, ".1f", " us"),
+              "(same)" if r.best_name == r.config_name else r.best_name,
+              _fmt(r.sdpa_default_us, ".1f", " us"), _fmt(r.regret, ".3f", "x")]
+             for r in group]))
+        print(f"\n{summarize(group).describe()}\n")
+    print("regret: the dispatched config's latest time over the fastest time measured on the "
+          "problem (any config, torch SDPA's included); (same): the fastest is the dispatched "
+          "config itself (above 1.000x: an earlier timing of it)")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+    if args.plot and not plot_regret(rows, Path(args.plot)):
+        print(f"no plot written to {args.plot}: matplotlib is not installed "
+              "(pip install matplotlib)", file=sys.stderr)
+    return 0
+
+
+def cmd_recheck(args: argparse.Namespace) -> int:
+    from .backends import ReplayBackend
+    from .recheck import recheck
+    from .space import load_space
+    from .tuning import open_backend
+
+    if args.rounds is not None and args.rounds < 1:
+        print("--rounds must be at least 1", file=sys.stderr)
+        return 2
+    wanted = ([p for name in args.shapes for p in load_shape_set(name)]
+              if args.shapes else None)
+    if not args.replay:
+        from .cli import _gpu_available
+
+        if not _gpu_available():
+            print("cute-autotune recheck times kernels on a CUDA GPU and none is visible here "
+                  "(--replay RECORDING serves recorded measurements instead).", file=sys.stderr)
+            return 2
+    TuningStore(args.db, create=False)  # a database that does not exist is an error
+    store = TuningStore(args.db)
+    settings = SearchSettings() if args.rounds is None else SearchSettings(
+        rerank_rounds=args.rounds)
+    backend = open_backend(args.replay)
+    try:
+        device = backend.device()
+        problems = [r.problem for r in store.list_best(device)
+                    if wanted is None or r.problem in wanted]
+        if isinstance(backend, ReplayBackend):
+            recorded = set(backend.problems)
+            left = [p for p in problems if p not in recorded]
+            problems = [p for p in problems if p in recorded]
+            if left:
+                print(f"{len(left)} stored bests not in the replayed recordings are not "
+                      "rechecked", file=sys.stderr)
+        if not problems:
+            print(f"no stored best of {_gpu_model(device)} to recheck in "
+                  f"{describe(store.url)}")
+            return 0
+        rows = recheck(store, backend, problems, settings)
+    finally:
+        backend.close()
+
+    def timed(t: TrialResult | None) -> str:
+        return "did not run" if t is None else f"{_fmt(t.median_us, '.1f', ' us')}"
+
+    print(render_table(
+        ["problem", "stored winner", "versions then -> now", "stored winner now", "fastest now",
+         "verdict"],
+        [[r.problem.describe(), load_space(r.stored.family).name_of(r.stored), r.versions,
+          f"{timed(r.stored_now)} (was {r.stored_then_us:.1f} us)",
+          "" if r.fastest_now is None else
+          f"{load_space(r.fastest_now.config.family).name_of(r.fastest_now.config)} "
+          f"{timed(r.fastest_now)}", r.verdict] for r in rows]))
+    redecided = sum(r.redecided for r in rows)
+    print(f"\n{len(rows)} stored bests of {_gpu_model(device)} rechecked, {redecided} re-decided"
+          f" (new timings recorded with phase 'recheck' in {describe(store.url)})")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
     add_problem_args(p, required=False)
@@ -516,6 +628,32 @@ def register(sub: Any) -> None:
     p.add_argument("--json", help="write rows and geometric means here")
     p.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="what dispatch runs for every stored best, its measured "
+                       "time against the fastest measured there (regret), worst first")
+    p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: every GPU)")
+    p.add_argument("--plot", help="write a PNG bar chart of regret per problem (needs "
+                   "matplotlib)")
+    p.add_argument("--json", help="write the rows here")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("recheck", help="re-time each stored best of this GPU beside its "
+                       "runners-up and torch SDPA (after a driver, CUDA, torch or cuDNN "
+                       "upgrade); decide again only where the order moved beyond the noise")
+    p.add_argument("--shapes", nargs="+", metavar="NAME",
+                   help="only the problems of these shape sets (default: every stored best)")
+    p.add_argument("--replay", action="append", metavar="RECORDING",
+                   help="serve measurements recorded by benchmarks/sweep.py instead of a GPU "
+                   "(repeatable: one recording per family)")
+    p.add_argument("--rounds", type=int, help="alternation rounds of the re-timing (default: "
+                   "that of tune's re-ranking)")
+    p.add_argument("--json", help="write the rows here")
+    p.set_defaults(func=cmd_recheck)
+
+    for name in ("report", "recheck"):
+        sub.choices[name].add_argument(
+            "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
+            "else a SQLite file in the cache directory)")
 
     for name in ("tune", "best", "list", "misses", "export", "import", "db", "bench"):
         sub.choices[name].add_argument(

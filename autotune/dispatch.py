@@ -293,3 +293,21 @@ class Dispatcher:
     def clear(self) -> None:
         with self._lock:
             self._memo.clear()
+
+    def would_run(self, problem: Problem, device: DeviceInfo, target: Target) -> Decision:
+        """What `decide` would choose for `problem` on `device` (of `target`), without a GPU:
+        the first option whose config the target allows. Nothing is compiled or loaded, so a
+        config that would fail to build or load here is not seen (`decide` would pass over
+        it); the answer is not remembered."""
+        if not supported_families(target):
+            return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
+        options, problems = self._candidates(problem, device, target)
+        for option in options:
+            assert option.config is not None
+            reasons = load_space(option.config.family).violations(option.config, target)
+            if reasons:
+                problems.append(f"{option.path} {option.config.family} config cannot run here: "
+                                f"{'; '.join(reasons)}")
+                continue
+            return replace(option, skipped=tuple(problems))
+        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")

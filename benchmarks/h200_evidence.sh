@@ -45,6 +45,9 @@
 #   SETS=llm-prefill bash benchmarks/h200_evidence.sh agreement  # bench beside the plain
 #                                              # alternating-call check and the stored speed-ups
 #                                              # (.tuning/h200.db from noregret carried)
+#   bash benchmarks/h200_evidence.sh final13   # issue 13's evidence at the final regime: the
+#                                              # re-ranking, llm-decode, agreement and bench of both
+#                                              # sets, the SDPA dispatch tests, the regret report
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -391,6 +394,35 @@ decode)
   timeout $(( ${UNTIL:-540} - ($(date +%s) - t0) )) python3 -m pytest tests/gpu tests/faults \
     -m gpu -k "not every_valid" -rA > "$OUT/pytest_gpu_decode.txt" 2>&1
   echo "tests at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_gpu_decode.txt" | tail -n 25
+  ;;
+final13)
+  # Issue 13, the evidence at the final timing regime (spin after each flush): llm-prefill's
+  # finalists re-ranked beside SDPA into a fresh database seeded with db/h200.json,
+  # llm-decode over SDPA's backends, bench beside the plain alternating-call check and the
+  # stored speed-ups for both sets, the GPU tests of SDPA dispatch, the regret report.
+  unpack_cubins; t0=$(date +%s); mkdir -p /tmp/final13; db="sqlite:////tmp/final13/h200.db"
+  left() { echo $(( ${1} - ($(date +%s) - t0) )); }
+  timeout $(left 215) python3 benchmarks/rerank_prefill.py --db "$db" \
+    --json "$OUT/rerank_prefill_h200.json" > "$OUT/rerank_prefill_h200.txt" 2>&1
+  echo "rerank rc $? at $(( $(date +%s) - t0 )) s"
+  timeout $(left 285) python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
+    --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
+  echo "decode rc $? at $(( $(date +%s) - t0 )) s"
+  cp /tmp/final13/h200.db "$OUT/h200.db"
+  python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
+  for set in llm-prefill llm-decode; do
+    timeout $(left $([ $set = llm-prefill ] && echo 425 || echo 515)) \
+      python3 benchmarks/timing_agreement.py --db "$db" --shapes "$set" \
+      --bench-json "$OUT/bench_no_regret_${set//-/_}_h200.json" \
+      --agreement-json "$OUT/timing_agreement_${set//-/_}_h200.json" \
+      > "$OUT/agreement_${set//-/_}_h200.txt" 2>&1
+    echo "$set rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/agreement_${set//-/_}_h200.txt"
+  done
+  timeout $(left 570) python3 -m pytest tests/gpu/test_sdpa_dispatch.py -rA \
+    > "$OUT/pytest_gpu_sdpa_dispatch.txt" 2>&1
+  echo "tests at $(( $(date +%s) - t0 )) s"; tail -n 1 "$OUT/pytest_gpu_sdpa_dispatch.txt"
+  timeout $(left 590) python3 -m autotune.cli report --db "$db" --json "$OUT/report_h200.json" \
+    > "$OUT/report_h200.txt" 2>&1; tail -n 5 "$OUT/report_h200.txt"
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -555,6 +555,105 @@ class TuningStore:
         return refresh_imported and existing.source == "imported" and (
             existing.config, existing.median_us) != (entry.result.config, entry.result.median_us)
 
+    # -- report and recheck -----------------------------------------------------------------
+
+    @staticmethod
+    def _model_measurements(device: DeviceInfo, problem: Problem) -> Any:
+        """The query of every measurement of `problem` on this GPU model (name, compute
+        capability, SM count: driver and CUDA versions may differ), oldest first. Reads only:
+        a problem the database does not hold matches nothing."""
+        return (select(Measurement).join(Device).join(ProblemRow)
+                .options(joinedload(Measurement.config))
+                .where(Device.name == device.name,
+                       Device.compute_capability == device.compute_capability,
+                       Device.sm_count == device.sm_count,
+                       *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
+                .order_by(Measurement.id))
+
+    @staticmethod
+    def _timing_of(row: Measurement) -> TrialResult:
+        """A stored measurement as the TrialResult it recorded (`reused`: from the database)."""
+        build_key = row.build.artifact_key if row.build is not None else None
+        return TrialResult(_config_of(row.config), row.status, row.reason, row.median_us,
+                           row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
+                           build_key, reused=True, env=_env_of(row))
+
+    def timings(self, device: DeviceInfo, problem: Problem) -> list[TrialResult]:
+        """Every timed (ok) measurement of `problem` on this GPU model, of every phase and
+        family (torch SDPA's included), oldest first; rows whose config fails validation are
+        left out."""
+        with self._transaction() as s:
+            query = self._model_measurements(device, problem).where(Measurement.status == "ok")
+            found = []
+            for row in s.scalars(query):
+                try:
+                    found.append(self._timing_of(row))
+                except BrokenRow:
+                    continue
+            return [t for t in found if t.ok]
+
+    def latest_rerank(self, device: DeviceInfo, problem: Problem) -> list[TrialResult]:
+        """The measurements of the latest re-ranking (phase "rerank") of `problem` on this GPU
+        model, whatever their status: the run of re-rank measurements of the problem that ends
+        at its newest one (a re-ranking records its finalists one after the other, each config
+        once)."""
+        with self._transaction() as s:
+            rows = list(s.scalars(self._model_measurements(device, problem)))
+            session: list[TrialResult] = []
+            seen: set[str] = set()
+            started = False
+            for row in reversed(rows):
+                if row.phase != "rerank":
+                    if started:
+                        break
+                    continue
+                if row.config.digest in seen:
+                    break
+                started = True
+                seen.add(row.config.digest)
+                try:
+                    session.append(self._timing_of(row))
+                except BrokenRow:
+                    continue
+            return session[::-1]
+
+    def best_environment(self, device: DeviceInfo, problem: Problem) -> Environment | None:
+        """What the stored best of `problem` on this GPU model was timed under: the
+        environment of the measurement it points to, else the torch and cuDNN versions kept
+        with the best row; None when neither is known (an imported row, an older schema)."""
+        with self._transaction() as s:
+            row = next((r for r in self._best_rows(s, device)
+                        if _problem_of(r.problem) == problem), None)
+            if row is None:
+                return None
+            measured = (s.get(Measurement, row.measurement_id)
+                        if row.measurement_id is not None else None)
+            env = _env_of(measured) if measured is not None else None
+            if env is not None:
+                return env
+            if row.torch_version or row.cudnn_version or row.regime:
+                return Environment(regime=row.regime or "", torch_version=row.torch_version or "",
+                                   cudnn_version=row.cudnn_version or "")
+            return None
+
+    def latest_baseline(self, device: DeviceInfo, problem: Problem,
+                        backend: str = "default") -> BaselineTiming | None:
+        """The newest timing of one torch SDPA backend on `problem` on this GPU model. Reads
+        only (`latest_baselines` creates the device and problem rows it does not find)."""
+        with self._transaction() as s:
+            query = (select(Baseline).join(Device, Baseline.device_id == Device.id)
+                     .join(ProblemRow, Baseline.problem_id == ProblemRow.id)
+                     .where(Device.name == device.name,
+                            Device.compute_capability == device.compute_capability,
+                            Device.sm_count == device.sm_count, Baseline.backend == backend,
+                            *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
+                     .order_by(Baseline.id.desc()))
+            row = s.scalars(query).first()
+            if row is None:
+                return None
+            return BaselineTiming(row.backend, row.median_us, row.p20_us, row.p80_us,
+                                  _env_of(row))
+
     # -- runtime misses ---------------------------------------------------------------------
 
     def add_misses(self, entries: Sequence[tuple[DeviceInfo, Problem, str, int, datetime,
