@@ -102,7 +102,21 @@ class ProblemRow(Base):
     causal: Mapped[bool] = mapped_column(Boolean)
 
 
-class Measurement(Base):
+class TimedUnder:
+    """Under what a time was taken (autotune.environment), on every table of timings: SDPA's
+    speed is torch's and cuDNN's, a kernel's depends on the driver, and every time depends on
+    the clock it ran at."""
+
+    regime: Mapped[str | None] = mapped_column(String(32))
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    torch_version: Mapped[str | None] = mapped_column(String(64))
+    cudnn_version: Mapped[str | None] = mapped_column(String(32))
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+
+
+class Measurement(TimedUnder, Base):
     """One trial of one config on one problem and device: timed, or why it was not."""
 
     __tablename__ = "measurements"
@@ -125,22 +139,13 @@ class Measurement(Base):
     rel_err: Mapped[float | None] = mapped_column(Float)
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     baseline_us: Mapped[float | None] = mapped_column(Float)  # SDPA default, same session
-    # Under what the time was taken (autotune.environment): SDPA's speed is torch's and
-    # cuDNN's, a kernel's depends on the driver, and every time depends on the clock it ran at.
-    regime: Mapped[str | None] = mapped_column(String(32))
-    driver_version: Mapped[str | None] = mapped_column(String(32))
-    cuda_version: Mapped[str | None] = mapped_column(String(32))
-    torch_version: Mapped[str | None] = mapped_column(String(64))
-    cudnn_version: Mapped[str | None] = mapped_column(String(32))
-    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    power_w: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     config: Mapped[KernelConfig] = relationship()
     build: Mapped[Build | None] = relationship()
 
 
-class Baseline(Base):
+class Baseline(TimedUnder, Base):
     """torch SDPA on a problem, per backend, measured in a tuning session."""
 
     __tablename__ = "baselines"
@@ -155,15 +160,6 @@ class Baseline(Base):
     p20_us: Mapped[float] = mapped_column(Float)
     p80_us: Mapped[float] = mapped_column(Float)
     tflops: Mapped[float] = mapped_column(Float)
-    # Under what the time was taken (autotune.environment): SDPA's speed is torch's and
-    # cuDNN's, a kernel's depends on the driver, and every time depends on the clock it ran at.
-    regime: Mapped[str | None] = mapped_column(String(32))
-    driver_version: Mapped[str | None] = mapped_column(String(32))
-    cuda_version: Mapped[str | None] = mapped_column(String(32))
-    torch_version: Mapped[str | None] = mapped_column(String(64))
-    cudnn_version: Mapped[str | None] = mapped_column(String(32))
-    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    power_w: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -98,6 +98,15 @@ def _env_of(row: Measurement | Baseline) -> Environment | None:
                        row.power_w)
 
 
+def same_gpu(device: DeviceInfo, name: Any = Device.name,
+             capability: Any = Device.compute_capability, sm_count: Any = Device.sm_count
+             ) -> tuple[Any, ...]:
+    """The conditions that a row is of `device`'s GPU model (name, compute capability and SM
+    count: driver and CUDA versions may differ between machines), on the given columns."""
+    return (name == device.name, capability == device.compute_capability,
+            sm_count == device.sm_count)
+
+
 RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
 
 
@@ -202,10 +211,7 @@ class TuningStore:
         """The latest timed measurement of this (device, problem, config, build), if any."""
         with self._transaction() as s:
             query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
-                     .where(Device.name == device.name,
-                            Device.compute_capability == device.compute_capability,
-                            Device.sm_count == device.sm_count,
-                            KernelConfig.digest == config.digest,
+                     .where(*same_gpu(device), KernelConfig.digest == config.digest,
                             ProblemRow.id == self._problem(s, problem).id,
                             Measurement.status == "ok")
                      .order_by(Measurement.id.desc()))
@@ -323,9 +329,7 @@ class TuningStore:
         if isinstance(device, str):
             query = query.where(Device.name == device)
         elif device is not None:
-            query = query.where(Device.name == device.name,
-                                Device.compute_capability == device.compute_capability,
-                                Device.sm_count == device.sm_count)
+            query = query.where(*same_gpu(device))
         return list(s.scalars(query.order_by(BestConfig.id)).all())
 
     @staticmethod
@@ -430,10 +434,8 @@ class TuningStore:
                      and (row.speedup_vs_default or 0) > 1.0}
             query = (select(KernelConfig.family, ProblemRow).select_from(Measurement)
                      .join(KernelConfig).join(ProblemRow).join(Device)
-                     .where(Device.name == device.name,
-                            Device.compute_capability == device.compute_capability,
-                            Device.sm_count == device.sm_count,
-                            ProblemRow.head_dim == head_dim, ProblemRow.dtype == dtype,
+                     .where(*same_gpu(device), ProblemRow.head_dim == head_dim,
+                            ProblemRow.dtype == dtype,
                             ProblemRow.causal == causal, Measurement.status == "ok",
                             KernelConfig.family != "sdpa",
                             Measurement.median_us < Measurement.baseline_us)
@@ -564,9 +566,7 @@ class TuningStore:
         a problem the database does not hold matches nothing."""
         return (select(Measurement).join(Device).join(ProblemRow)
                 .options(joinedload(Measurement.config))
-                .where(Device.name == device.name,
-                       Device.compute_capability == device.compute_capability,
-                       Device.sm_count == device.sm_count,
+                .where(*same_gpu(device),
                        *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
                 .order_by(Measurement.id))
 
@@ -643,9 +643,7 @@ class TuningStore:
         with self._transaction() as s:
             query = (select(Baseline).join(Device, Baseline.device_id == Device.id)
                      .join(ProblemRow, Baseline.problem_id == ProblemRow.id)
-                     .where(Device.name == device.name,
-                            Device.compute_capability == device.compute_capability,
-                            Device.sm_count == device.sm_count, Baseline.backend == backend,
+                     .where(*same_gpu(device), Baseline.backend == backend,
                             *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
                      .order_by(Baseline.id.desc()))
             row = s.scalars(query).first()
@@ -713,9 +711,9 @@ class TuningStore:
             if isinstance(device, str):
                 query = query.where(RuntimeMiss.device_name == device)
             elif device is not None:
-                query = query.where(RuntimeMiss.device_name == device.name,
-                                    RuntimeMiss.compute_capability == device.compute_capability,
-                                    RuntimeMiss.sm_count == device.sm_count)
+                query = query.where(*same_gpu(device, RuntimeMiss.device_name,
+                                              RuntimeMiss.compute_capability,
+                                              RuntimeMiss.sm_count))
             query = query.order_by(RuntimeMiss.count.desc(), RuntimeMiss.last_seen.desc(),
                                    RuntimeMiss.id)
             if limit is not None:

@@ -4,7 +4,6 @@ both layouts, with tails and GQA."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import pytest
@@ -13,11 +12,12 @@ import torch
 import autotune
 from autotune.dispatch import device_info
 from autotune.problem import Problem
-from autotune.reference import reference_attention
 from autotune.runtime import Unsupported, configure
 from autotune.space import load_space
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
+
+from .attention_inputs import check, make
 
 pytestmark = pytest.mark.gpu
 
@@ -37,30 +37,6 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     configure(db=db, use_shipped=False, untuned="kernel")  # the kernels' default, untuned
     yield db
     configure()
-
-
-def make(problem: Problem, layout: str) -> tuple[torch.Tensor, ...]:
-    dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
-
-    def tensor(heads: int, length: int) -> torch.Tensor:
-        shape = ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
-                 else (problem.batch, length, heads, problem.head_dim))
-        return torch.randn(shape, device="cuda", dtype=dtype)
-
-    return (tensor(problem.heads_q, problem.seqlen_q), tensor(problem.heads_kv, problem.seqlen_k),
-            tensor(problem.heads_kv, problem.seqlen_k))
-
-
-def check(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          problem: Problem, layout: str, lse: torch.Tensor | None = None) -> None:
-    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal,
-                                       scale=1 / math.sqrt(problem.head_dim), layout=layout)
-    got = out if layout == "bhld" else out.transpose(1, 2)
-    assert out.shape == q.shape and bool(torch.isfinite(out).all())
-    err = torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref)
-    assert float(err) < (1e-3 if problem.dtype == "fp16" else 8e-3)
-    if lse is not None:
-        torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=1e-4)
 
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])

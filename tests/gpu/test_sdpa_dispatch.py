@@ -5,7 +5,6 @@ no-regret rule sends an untuned decode shape to SDPA when no kernel was measured
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import pytest
@@ -14,11 +13,13 @@ import torch
 import autotune
 from autotune.dispatch import device_info
 from autotune.problem import Problem
-from autotune.reference import reference_attention
 from autotune.runtime import configure
 from autotune.space import load_space
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
+
+from .attention_inputs import check as check_output
+from .attention_inputs import make
 
 pytestmark = pytest.mark.gpu
 
@@ -45,28 +46,12 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def inputs(problem: Problem, layout: str = "bhld") -> tuple[torch.Tensor, ...]:
-    dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
-
-    def tensor(heads: int, length: int) -> torch.Tensor:
-        shape = ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
-                 else (problem.batch, length, heads, problem.head_dim))
-        return torch.randn(shape, device="cuda", dtype=dtype)
-
-    return (tensor(problem.heads_q, problem.seqlen_q), tensor(problem.heads_kv, problem.seqlen_k),
-            tensor(problem.heads_kv, problem.seqlen_k))
+    return make(problem, layout)
 
 
 def check(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
           problem: Problem, layout: str, lse: torch.Tensor | None = None) -> None:
-    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal,
-                                       scale=1 / math.sqrt(problem.head_dim), layout=layout)
-    got = out if layout == "bhld" else out.transpose(1, 2)
-    assert out.shape == q.shape and bool(torch.isfinite(out).all())
-    err = torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref)
-    assert float(err) < (2e-3 if problem.dtype == "fp16" else 1e-2)
-    if lse is not None:
-        assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
-        torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=1e-4)
+    check_output(out, q, k, v, problem, layout, lse, fp16_tol=2e-3, bf16_tol=1e-2)
 
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
