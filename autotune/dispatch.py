@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -238,16 +239,30 @@ class Dispatcher:
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
         options, problems = self._candidates(problem, device, target)
+        return self._first(options, problems, target,
+                           lambda c: self._load(c, target, device_index, problems))
+
+    @staticmethod
+    def _first(options: list[Decision], problems: list[str], target: Target,
+               load: Callable[[Config], CompiledKernel | None] | None, *,
+               kernels_only: bool = False) -> Decision:
+        """The first option that can run on `target`: torch SDPA's (nothing to load; passed
+        over with `kernels_only`), or a kernel config the target allows and `load` loads (every
+        allowed one when `load` is None); what was passed over, and why, goes in `skipped`."""
         for option in options:
             assert option.config is not None
-            if option.config.family == SDPA_FAMILY:  # torch's own: nothing to load
+            if option.config.family == SDPA_FAMILY:
+                if kernels_only:
+                    continue
                 return replace(option, skipped=tuple(problems))
             reasons = load_space(option.config.family).violations(option.config, target)
             if reasons:
                 problems.append(f"{option.path} {option.config.family} config cannot run here: "
                                 f"{'; '.join(reasons)}")
                 continue
-            kernel = self._load(option.config, target, device_index, problems)
+            if load is None:
+                return replace(option, skipped=tuple(problems))
+            kernel = load(option.config)
             if kernel is not None:
                 return replace(option, kernel=kernel, skipped=tuple(problems))
         return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
@@ -280,15 +295,9 @@ class Dispatcher:
         if heuristic is not None:
             options.append(Decision(HEURISTIC, "built-in default (SDPA cannot serve this call)",
                                     heuristic))
-        for option in options:
-            assert option.config is not None
-            if option.config.family == SDPA_FAMILY or load_space(
-                    option.config.family).violations(option.config, target):
-                continue
-            kernel = self._load(option.config, target, device_index, problems)
-            if kernel is not None:
-                return replace(option, kernel=kernel, skipped=tuple(problems))
-        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
+        return self._first(options, problems, target,
+                           lambda c: self._load(c, target, device_index, problems),
+                           kernels_only=True)
 
     def clear(self) -> None:
         with self._lock:
@@ -302,12 +311,4 @@ class Dispatcher:
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
         options, problems = self._candidates(problem, device, target)
-        for option in options:
-            assert option.config is not None
-            reasons = load_space(option.config.family).violations(option.config, target)
-            if reasons:
-                problems.append(f"{option.path} {option.config.family} config cannot run here: "
-                                f"{'; '.join(reasons)}")
-                continue
-            return replace(option, skipped=tuple(problems))
-        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
+        return self._first(options, problems, target, None)

@@ -36,6 +36,8 @@ def problem_inputs(problem: Problem) -> list[tuple[Any, ...]]:
 
     if problem not in _inputs:
         _inputs.clear()  # one problem at a time keeps device memory bounded
+        _sdpa.clear()
+        _expected.clear()
         dtype = torch_dtype(problem.dtype)
         q_shape = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
         kv_shape = (problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim)
@@ -51,10 +53,24 @@ def problem_inputs(problem: Problem) -> list[tuple[Any, ...]]:
     return _inputs[problem]
 
 
-def _reference_output(problem: Problem) -> Any:
+# Of the problem whose inputs are held: torch SDPA's backends that accept it, per input set
+# (each backend tried once per set, not once per trial), and SDPA's output on the first set.
+_sdpa: dict[Problem, list[dict[str, Any]]] = {}
+_expected: dict[Problem, Any] = {}
+
+
+def problem_sdpa(problem: Problem) -> list[dict[str, Any]]:
+    """Per input set of `problem_inputs`, the SDPA backends that run it, as calls."""
     sets = problem_inputs(problem)
-    call = accepted_backends(*sets[0][:3], causal=problem.causal)["default"]
-    return call().float()
+    if problem not in _sdpa:
+        _sdpa[problem] = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    return _sdpa[problem]
+
+
+def _reference_output(problem: Problem) -> Any:
+    if problem not in _expected:
+        _expected[problem] = problem_sdpa(problem)[0]["default"]().float()
+    return _expected[problem]
 
 
 def _kernel(config_json: str, target: dict[str, Any], device: int) -> tuple[Config, Any]:
@@ -94,9 +110,9 @@ def _timing_reply(timing: Any, device: int) -> dict[str, Any]:
             "p80_us": timing.p80_us, "rounds": timing.rounds, "env": env.as_dict()}
 
 
-def _sdpa_candidate(problem: Problem, sets: list[tuple[Any, ...]], backend: str) -> Any:
+def _sdpa_candidate(problem: Problem, backend: str) -> Any:
     """One SDPA backend over the input sets as a timing candidate; None if it refuses."""
-    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    per_set = problem_sdpa(problem)
     if any(backend not in b for b in per_set):
         return None
     return lambda i: per_set[i][backend]()
@@ -129,7 +145,7 @@ def task_trial(payload: dict[str, Any]) -> dict[str, Any]:
                 "reason": f"at the tuning shape the output differs from SDPA's by {err:.2e}"}
     name = load_space(config.family).name_of(config)
     candidates = {name: lambda i: kernel(*sets[i][:3], out=sets[i][3])}
-    reference = _sdpa_candidate(problem, sets, "default")
+    reference = _sdpa_candidate(problem, "default")
     if reference is not None:
         candidates["sdpa:default"] = reference
     timings = measure(candidates, n_sets=len(sets), rounds=payload["rounds"],
@@ -157,7 +173,7 @@ def task_rerank(payload: dict[str, Any]) -> dict[str, Any]:
             _, kernel = _kernel(config_json, payload["target"], payload["device"])
             fns[config_json] = (lambda i, kernel=kernel: kernel(*sets[i][:3], out=sets[i][3]))
             continue
-        candidate = _sdpa_candidate(problem, sets, str(config["backend"]))
+        candidate = _sdpa_candidate(problem, str(config["backend"]))
         if candidate is None:
             refused[config_json] = {"status": "invalid", "reason": f"torch SDPA's "
                                     f"{config['backend']} backend refuses this problem"}
@@ -175,7 +191,7 @@ def task_baselines(payload: dict[str, Any]) -> dict[str, Any]:
 
     problem = Problem(**payload["problem"])
     sets = problem_inputs(problem)
-    per_set = [accepted_backends(*s[:3], causal=problem.causal) for s in sets]
+    per_set = problem_sdpa(problem)
     names = sorted(set.intersection(*(set(b) for b in per_set)))
     fns = {name: (lambda i, name=name: per_set[i][name]()) for name in names}
     timings = measure(fns, n_sets=len(sets), rounds=payload["rounds"],
