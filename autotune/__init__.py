@@ -1,19 +1,29 @@
-"""cute-autotune: an autotuning explorer for CuTe FlashAttention-forward kernels."""
+"""cute-autotune: an autotuning explorer for CuTe FlashAttention-forward kernels.
+
+The package is a pipeline of stages, each a sub-package that imports only earlier ones
+(tests/test_layering.py enforces it):
+
+    model -> build -> launch -> measure -> store -> runtime -> tune -> cli
+
+`import autotune` loads only the model stage; `attention()` loads the runtime path (model,
+build, launch, store, SDPA), never the tuner, the GPU worker or Optuna.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
-from .compiler import BuildResult, compile_config, compile_many, lookup
-from .config import Config, InvalidConfig
-from .problem import Problem
-from .search import FamilyOutcome, SearchSettings, TuneOutcome
-from .space import Space, families, load_space, supported_families, validate_config
-from .target import Target, default_target, target_for_arch
-from .tuning import BestAnswer, best_config, tune
+from .model.config import Config, InvalidConfig
+from .model.problem import Problem
+from .model.space import Space, families, load_space, supported_families, validate_config
+from .model.target import Target, default_target, target_for_arch
 
 if TYPE_CHECKING:  # imported lazily at run time (__getattr__), typed for checkers here
-    from .runtime import attention, configure, explain
+    from .build.compiler import BuildResult, compile_config, compile_many, lookup
+    from .runtime.attention import attention, configure, explain
+    from .tune.search import FamilyOutcome, SearchSettings, TuneOutcome
+    from .tune.tuning import BestAnswer, best_config, tune
 
 __all__ = [
     "BestAnswer",
@@ -44,14 +54,26 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_LAZY = {"attention": "runtime", "explain": "runtime", "configure": "runtime"}
+# Names whose stage is loaded on first use: the runtime pulls in torch (and registers its
+# custom op), the tuner Optuna; neither should be paid for by `import autotune`.
+_LAZY = {
+    "attention": "runtime.attention",
+    "explain": "runtime.attention",
+    "configure": "runtime.attention",
+    "BuildResult": "build.compiler",
+    "compile_config": "build.compiler",
+    "compile_many": "build.compiler",
+    "lookup": "build.compiler",
+    "FamilyOutcome": "tune.search",
+    "SearchSettings": "tune.search",
+    "TuneOutcome": "tune.search",
+    "BestAnswer": "tune.tuning",
+    "best_config": "tune.tuning",
+    "tune": "tune.tuning",
+}
 
 
 def __getattr__(name: str) -> object:
-    # attention pulls in torch (and registers its custom op); `import autotune` for the CLI's
-    # compile-only commands should not pay for that.
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

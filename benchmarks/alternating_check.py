@@ -1,5 +1,5 @@
-"""The plain alternating-call check: a measurement kept independent of autotune.timing, to hold
-the tuner's regime to account. Eager calls through the public APIs, `autotune.attention` then
+"""The plain alternating-call check: a measurement kept independent of the tuner's timing code, to
+hold the tuner's regime to account. Eager calls through the public APIs, `autotune.attention` then
 `F.scaled_dot_product_attention` (then each SDPA backend that accepts the problem, under
 `sdpa_kernel`), in that fixed order, the L2 flushed before each call (then a ~50 us GPU spin,
 so the host has issued the call before its start event fires: GPU time, host overhead apart),
@@ -92,7 +92,7 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str,
 
 def main() -> int:
     import autotune
-    from autotune.shapes import load_shape_set
+    from autotune.model.shapes import load_shape_set
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--db", required=True)

@@ -21,11 +21,11 @@ import sys
 import tarfile
 from pathlib import Path
 
-from autotune.cache import ArtifactCache
-from autotune.compiler import lookup
-from autotune.config import Config
+from autotune.build.cache import ArtifactCache
+from autotune.build.compiler import lookup
+from autotune.model.config import Config
+from autotune.model.target import target_for_arch
 from autotune.store.repo import TuningStore
-from autotune.target import target_for_arch
 
 
 def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.problem import Problem
+from autotune.model.problem import Problem
 from autotune.store.repo import problem_distance
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ import sys
 
 import torch
 
-from autotune.compiler import compile_config
-from autotune.config import Config
-from autotune.kernel import CompiledKernel
-from autotune.space import validate_config
-from autotune.tensors import torch_dtype
+from autotune.build.compiler import compile_config
+from autotune.launch.kernel import CompiledKernel
+from autotune.launch.tensors import torch_dtype
+from autotune.model.config import Config
+from autotune.model.space import validate_config
 
 
 def main() -> int:

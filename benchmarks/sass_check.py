@@ -24,11 +24,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from autotune.cache import ArtifactCache
-from autotune.compiler import lookup
-from autotune.config import Config
-from autotune.space import load_space
-from autotune.target import target_for_arch
+from autotune.build.cache import ArtifactCache
+from autotune.build.compiler import lookup
+from autotune.model.config import Config
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
 
 WATCHED = {"HGMMA": "wgmma", "HMMA": "mma.sync", "LDL": "local load", "STL": "local store",
            "UTMALDG": "TMA load", "UTMASTG": "TMA store", "USETMAXREG": "setmaxnreg"}

@@ -22,15 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from autotune._table import render_table
-from autotune.compiler import lookup
-from autotune.config import Config
-from autotune.kernel import CompiledKernel
-from autotune.problem import Problem
-from autotune.space import load_space
-from autotune.target import default_target
-from autotune.tensors import torch_dtype
-from autotune.timing import input_sets_needed, measure
+from autotune.build.compiler import lookup
+from autotune.cli.table import render_table
+from autotune.launch.kernel import CompiledKernel
+from autotune.launch.tensors import torch_dtype
+from autotune.measure.timing import input_sets_needed, measure
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import default_target
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

@@ -20,16 +20,16 @@ from typing import Any
 
 import torch
 
-from autotune.compiler import compile_many
-from autotune.gpu_tasks import task_device_info
-from autotune.kernel import CompiledKernel
-from autotune.problem import Problem
-from autotune.sdpa import accepted_backends
-from autotune.space import load_space
-from autotune.target import default_target
-from autotune.tensors import torch_dtype
-from autotune.timing import input_sets_needed, measure
-from autotune.toolchain import toolchain
+from autotune.build.compiler import compile_many
+from autotune.build.toolchain import family_source_hash, toolchain
+from autotune.launch.kernel import CompiledKernel
+from autotune.launch.tensors import torch_dtype
+from autotune.measure.gpu_tasks import task_device_info
+from autotune.measure.sdpa import accepted_backends
+from autotune.measure.timing import input_sets_needed, measure
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import default_target
 
 # (dtype, D, causal, B, Hq, Hkv, L): shapes of the llm-prefill set, both dtypes, GQA included.
 SHAPES = [
@@ -124,7 +124,7 @@ def main() -> int:
     info.pop("status")
     payload = {"gpu": torch.cuda.get_device_name(), "device": info, "torch": torch.__version__,
                "nvcc": toolchain().nvcc_version, "family": args.family,
-               "source_hash": load_space(args.family).source_hash(),
+               "source_hash": family_source_hash(load_space(args.family)),
                "command": " ".join(["python", *sys.argv]), "shapes": results}
     Path(args.json).write_text(json.dumps(payload, separators=(",", ":")))
     return 0

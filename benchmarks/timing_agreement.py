@@ -1,6 +1,6 @@
 """Three measurements of the same speed-up over torch SDPA's default, per problem: the one the
 database stored with the best config (the tuner's re-ranking), `cute-autotune bench`'s
-(autotune.bench.bench_problem, the same code) and the plain alternating-call check
+(autotune.cli.bench.bench_problem, the same code) and the plain alternating-call check
 (benchmarks/alternating_check.py). Writes the bench rows with the check beside them
 (--bench-json) and the agreement of the three (--agreement-json).
 
@@ -68,9 +68,9 @@ def from_bench(files: list[str], agreement_json: str, merged: str | None) -> int
 
 def main() -> int:
     import autotune
-    from autotune.bench import bench_problem, geomean, summarize
-    from autotune.dispatch import device_info
-    from autotune.shapes import load_shape_set
+    from autotune.cli.bench import bench_problem, geomean, summarize
+    from autotune.model.shapes import load_shape_set
+    from autotune.runtime.dispatch import device_info
     from autotune.store.repo import TuningStore
 
     parser = argparse.ArgumentParser(description=__doc__)

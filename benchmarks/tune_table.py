@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune._table import render_table
-from autotune.compiler import lookup
-from autotune.config import Config
-from autotune.occupancy import ctas_per_sm
-from autotune.space import load_space
-from autotune.target import target_for_arch
+from autotune.build.compiler import lookup
+from autotune.cli.table import render_table
+from autotune.model.config import Config
+from autotune.model.occupancy import ctas_per_sm
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
 
 KEYS = ("dtype", "head_dim", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "causal")
 

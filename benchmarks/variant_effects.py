@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from autotune.shapes import load_shape_set
+from autotune.model.shapes import load_shape_set
 from autotune.store.repo import TuningStore
 
 Pick = Callable[[dict[str, Any]], bool]

@@ -4,7 +4,7 @@ A kernel change invalidates every cubin (the cache key covers the sources), so c
 versions across device sessions would compare power states and clocks as much as code. This
 loads the previous version's cubins from a carried cache (located by that version's source
 hash), builds the current version, checks both outputs against SDPA, and times the two and
-SDPA's default interleaved round by round (autotune.timing.measure).
+SDPA's default interleaved round by round (autotune.measure.timing.measure).
 
     python benchmarks/version_probe.py --old-cache .cubins90v2 --old-hash 1a06afeeaf2cd3a3 \\
         --results db/h200.json --max-seqlen 1024 --json out.json
@@ -25,18 +25,18 @@ from typing import Any
 
 import torch
 
-from autotune.cache import artifact_key
-from autotune.compiler import NVCC_FLAGS, compile_config
-from autotune.config import Config
-from autotune.gpu_tasks import problem_inputs
-from autotune.kernel import CompiledKernel
-from autotune.problem import Problem
-from autotune.reference import reference_attention
-from autotune.sdpa import sdpa_call
-from autotune.space import load_space
-from autotune.target import Target, default_target
-from autotune.timing import measure
-from autotune.toolchain import toolchain
+from autotune.build.cache import artifact_key
+from autotune.build.compiler import NVCC_FLAGS, compile_config
+from autotune.build.toolchain import toolchain
+from autotune.launch.kernel import CompiledKernel
+from autotune.measure.gpu_tasks import problem_inputs
+from autotune.measure.reference import reference_attention
+from autotune.measure.sdpa import sdpa_call
+from autotune.measure.timing import measure
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import Target, default_target
 
 
 def old_kernel(config: Config, cache: Path, old_hash: str, target: Target) -> CompiledKernel:

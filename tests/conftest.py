@@ -22,7 +22,7 @@ def _gpu_available() -> bool:
 
 
 def _nvcc_available() -> bool:
-    from autotune.toolchain import ToolchainError, find_nvcc
+    from autotune.build.toolchain import ToolchainError, find_nvcc
 
     try:
         find_nvcc()

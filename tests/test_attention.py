@@ -8,10 +8,10 @@ import warnings
 import pytest
 import torch
 
-from autotune import runtime as attention_module
-from autotune.reference import reference_attention
-from autotune.runtime import Unsupported, attention, explain, read_inputs
-from autotune.tensors import InputError
+from autotune.launch.tensors import InputError
+from autotune.measure.reference import reference_attention
+from autotune.runtime import attention as attention_module
+from autotune.runtime.attention import Unsupported, attention, explain, read_inputs
 
 
 def qkv(b: int = 2, hq: int = 4, hkv: int = 2, lq: int = 16, lk: int = 20, d: int = 64,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.bench import summarize
+from autotune.cli.bench import summarize
 
 
 def row(family: str | None, ours_us: float, sdpa_us: float) -> dict[str, object]:

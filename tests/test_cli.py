@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
+from autotune.cli.main import main
 
 
 def config_dict(**changes: object) -> dict[str, object]:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler
 from autotune._paths import kernel_src_dir
-from autotune.cache import ArtifactCache
-from autotune.compiler import BuildResult, compile_config, compile_many, lookup
-from autotune.config import Config
-from autotune.cubin import read_launch_info
-from autotune.space import Space, load_space
-from autotune.target import target_for_arch
+from autotune.build import compiler
+from autotune.build.cache import ArtifactCache
+from autotune.build.compiler import BuildResult, compile_config, compile_many, lookup
+from autotune.build.cubin import read_launch_info
+from autotune.model.config import Config
+from autotune.model.space import Space, load_space
+from autotune.model.target import target_for_arch
 
 pytestmark = pytest.mark.nvcc
 H200 = target_for_arch("sm_90")
@@ -88,7 +88,7 @@ def test_cache_hit_and_miss(built: tuple[Path, list[BuildResult]],
     monkeypatch.setattr(compiler, "NVCC_FLAGS", [*compiler.NVCC_FLAGS, "-lineinfo"])
     assert lookup(config, H200, cache) is None
     monkeypatch.undo()
-    monkeypatch.setattr(Space, "source_hash", lambda self: "0" * 16)
+    monkeypatch.setattr(compiler, "family_source_hash", lambda space: "0" * 16)
     assert lookup(config, H200, cache) is None
     monkeypatch.undo()
     assert lookup(config, H200, cache) is not None

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from autotune.config import Config, InvalidConfig
+from autotune.model.config import Config, InvalidConfig
 
 VALUES = {"head_dim": 128, "dtype": "fp16", "causal": False, "block_m": 128, "block_n": 64,
           "num_warps": 4, "kv_stages": 2, "swizzle": 3, "q_in_regs": False}

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from autotune import demo
-from autotune.config import Config
-from autotune.target import target_for_arch
+from autotune.cli import demo
+from autotune.model.config import Config
+from autotune.model.target import target_for_arch
 
 
 @pytest.mark.parametrize("cc, families", [(90, ["sm80", "sm90"]), (80, ["sm80"])])

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from autotune import dispatch as dispatch_module
-from autotune.config import Config
-from autotune.dispatch import Dispatcher
-from autotune.problem import Problem
-from autotune.space import load_space
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import Target, target_for_arch
+from autotune.runtime import dispatch as dispatch_module
+from autotune.runtime.dispatch import Dispatcher
 from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import TuningStore
-from autotune.target import Target, target_for_arch
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
@@ -137,7 +137,7 @@ def test_shipped_defaults_seed_an_empty_database(make, monkeypatch: pytest.Monke
 def test_the_shipped_h200_results_answer_every_llm_problem(
         make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The real db/*.json, not a fixture: valid on import and exact for the whole shape set."""
-    from autotune.shapes import load_shape_set
+    from autotune.model.shapes import load_shape_set
 
     # the fixture stubbed shipped_results(), so read the files the way it does
     real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]

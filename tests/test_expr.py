@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune._expr import ExpressionError, evaluate, names_in
+from autotune.model.expressions import ExpressionError, evaluate, names_in
 
 
 def test_arithmetic_comparisons_and_functions() -> None:

@@ -11,16 +11,16 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune import dispatch as dispatch_module
-from autotune.backends import ReplayBackend
-from autotune.cli import main
-from autotune.config import Config
-from autotune.dispatch import Dispatcher
-from autotune.problem import Problem
-from autotune.search import SearchSettings, families_to_search, study_name, tune_problem
-from autotune.space import load_space
+from autotune.cli.main import main
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
+from autotune.runtime import dispatch as dispatch_module
+from autotune.runtime.dispatch import Dispatcher
 from autotune.store.repo import TuningStore
-from autotune.target import target_for_arch
+from autotune.tune.backends import ReplayBackend
+from autotune.tune.search import SearchSettings, families_to_search, study_name, tune_problem
 
 
 def kernel_settings(**values: object) -> SearchSettings:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from autotune._paths import kernel_src_dir
-from autotune.launcher import build_launcher, import_launcher
+from autotune.launch.launcher import build_launcher, import_launcher
 
 pytestmark = pytest.mark.nvcc  # needs cuda.h from the toolkit
 

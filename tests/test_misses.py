@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import event
 
-from autotune.cli import main
-from autotune.misses import ENV, MissRecorder
-from autotune.problem import Problem
+from autotune.cli.main import main
+from autotune.model.problem import Problem
+from autotune.runtime.misses import ENV, MissRecorder
 from autotune.store.misses_records import MissRecord
 from autotune.store.records import DeviceInfo
 from autotune.store.repo import TuningStore
@@ -179,7 +179,7 @@ def test_a_database_error_keeps_the_counts(recorder: MissRecorder, counting: Cou
     assert miss is not None
     miss.calls += 10
     counting.fail = True
-    with caplog.at_level(logging.WARNING, logger="autotune.misses"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.misses"):
         assert recorder.flush() == 0
         miss.calls += 5
         assert recorder.flush() == 0

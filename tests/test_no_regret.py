@@ -11,21 +11,21 @@ from typing import Any
 
 import pytest
 
-from autotune import dispatch as dispatch_module
-from autotune.backends import ReplayBackend
-from autotune.compiler import BuildResult
-from autotune.config import Config
-from autotune.cubin import LaunchInfo
-from autotune.dispatch import Dispatcher, lq_bucket
-from autotune.environment import Environment
-from autotune.problem import Problem
-from autotune.ptxas import PtxasReport
-from autotune.search import SearchSettings, _Reranked, choose_winner, tune_problem
-from autotune.shapes import load_shape_set
-from autotune.space import load_space
+from autotune.build.compiler import BuildResult
+from autotune.build.cubin import LaunchInfo
+from autotune.build.ptxas import PtxasReport
+from autotune.measure.environment import Environment
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.shapes import load_shape_set
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
+from autotune.runtime import dispatch as dispatch_module
+from autotune.runtime.dispatch import Dispatcher, lq_bucket
 from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import TuningStore
-from autotune.target import target_for_arch
+from autotune.tune.backends import ReplayBackend
+from autotune.tune.search import SearchSettings, _Reranked, choose_winner, tune_problem
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"

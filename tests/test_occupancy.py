@@ -1,4 +1,4 @@
-from autotune.occupancy import ctas_per_sm, limits_for
+from autotune.model.occupancy import ctas_per_sm, limits_for
 
 
 def test_h200_figures_match_the_occupancy_calculator() -> None:

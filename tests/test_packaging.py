@@ -9,7 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from autotune.space import load_space
+from autotune.build.toolchain import family_source_hash
+from autotune.model.space import load_space
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,11 +35,13 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(site), str(wheel)], check=True, capture_output=True)
-    probe = ("import json, autotune, autotune._paths as p; from autotune.space import load_space;"
+    probe = ("import json, autotune, autotune._paths as p;"
+             "from autotune.model.space import load_space;"
+             "from autotune.build.toolchain import family_source_hash;"
              "from autotune.store.schema import open_engine, current_revision;"
              f"e = open_engine('sqlite:///{tmp_path}/probe.db');"
              "s = load_space('sm80'); print(json.dumps([autotune.__file__, "
-             "str(p.kernel_src_dir()), s.source_hash(), current_revision(e)]))")
+             "str(p.kernel_src_dir()), family_source_hash(s), current_revision(e)]))")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, cwd=tmp_path, env=env).stdout
@@ -46,4 +49,4 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
     assert revision == "0.2.0"  # the migrations ship with the package
     assert module.startswith(str(site)) and kernel_src.startswith(str(site))
     # Same sources, same hash: an installed copy shares the artifact cache with a checkout.
-    assert source_hash == load_space("sm80").source_hash()
+    assert source_hash == family_source_hash(load_space("sm80"))

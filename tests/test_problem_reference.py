@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from autotune.problem import Problem
-from autotune.reference import reference_attention
+from autotune.measure.reference import reference_attention
+from autotune.model.problem import Problem
 
 
 def brute_visible(p: Problem) -> int:

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.codegen import render
-from autotune.config import Config, InvalidConfig
-from autotune.ptxas import PtxasParseError, parse_ptxas
-from autotune.space import load_space
+from autotune.build.codegen import render
+from autotune.build.ptxas import PtxasParseError, parse_ptxas
+from autotune.model.config import Config, InvalidConfig
+from autotune.model.space import load_space
 
 # Verbatim from `nvcc -Xptxas=-v` 13.0 on an sm80-family instance (spilling and not).
 SPILLING = """ptxas info    : 11 bytes gmem

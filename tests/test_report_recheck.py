@@ -15,14 +15,25 @@ from typing import Any
 
 import pytest
 
-from autotune.backends import ReplayBackend, Reranking
-from autotune.cli import main
-from autotune.compiler import BuildResult
-from autotune.config import Config
-from autotune.dispatch import Dispatcher
-from autotune.environment import Environment
-from autotune.problem import Problem
-from autotune.recheck import (
+from autotune.build.compiler import BuildResult
+from autotune.cli.main import main
+from autotune.cli.report import (
+    NOT_MEASURED,
+    RegretRow,
+    regret_report,
+    report_dispatcher,
+    summarize,
+)
+from autotune.measure.environment import Environment
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import target_for_capability
+from autotune.runtime.dispatch import Dispatcher
+from autotune.store.records import TrialResult
+from autotune.store.repo import TuningStore
+from autotune.tune.backends import ReplayBackend, Reranking
+from autotune.tune.recheck import (
     KEPT_FASTEST,
     KEPT_NOISE,
     REDECIDED,
@@ -30,18 +41,7 @@ from autotune.recheck import (
     runners_up,
     version_changes,
 )
-from autotune.report import (
-    NOT_MEASURED,
-    RegretRow,
-    regret_report,
-    report_dispatcher,
-    summarize,
-)
-from autotune.search import SearchSettings, tune_problem
-from autotune.space import load_space
-from autotune.store.records import TrialResult
-from autotune.store.repo import TuningStore
-from autotune.target import target_for_capability
+from autotune.tune.search import SearchSettings, tune_problem
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED_DB = Path(__file__).parent / "data" / "h200_noregret.db"  # issue 13, a real H200

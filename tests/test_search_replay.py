@@ -11,15 +11,15 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.backends import ReplayBackend, Reranking
-from autotune.cli import main
-from autotune.config import Config
-from autotune.problem import Problem
-from autotune.search import SearchSettings, study_name, tune_problem
-from autotune.space import load_space
+from autotune.cli.main import main
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
 from autotune.store.records import BaselineTiming
 from autotune.store.repo import TuningStore
-from autotune.tuning import best_config
+from autotune.tune.backends import ReplayBackend, Reranking
+from autotune.tune.search import SearchSettings, study_name, tune_problem
+from autotune.tune.tuning import best_config
 
 
 def kernel_settings(**values: object) -> SearchSettings:

@@ -2,15 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.config import Config, InvalidConfig
-from autotune.space import (
+from autotune.model.config import Config, InvalidConfig
+from autotune.model.space import (
     Space,
     load_space,
     supported_families,
     unsupported_reason,
     validate_config,
 )
-from autotune.target import target_for_arch
+from autotune.model.target import target_for_arch
 
 H200 = target_for_arch("sm_90")
 

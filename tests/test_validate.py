@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from autotune.reference import reference_attention
-from autotune.tensors import logical_bhld
-from autotune.validate import DEFAULT_CASES, validate
+from autotune.launch.tensors import logical_bhld
+from autotune.measure.reference import reference_attention
+from autotune.measure.validate import DEFAULT_CASES, validate
 
 CPU = torch.device("cpu")
 

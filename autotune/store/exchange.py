@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config, InvalidConfig
-from ..environment import Environment
-from ..problem import MAX_SIZE, Problem
-from ..space import load_space, validate_config
-from ..target import MAX_CC, MIN_CC, target_for_capability, tensor_peak_flops
+from ..measure.environment import Environment
+from ..model.config import Config, InvalidConfig
+from ..model.problem import MAX_SIZE, Problem
+from ..model.space import load_space, validate_config
+from ..model.target import MAX_CC, MIN_CC, target_for_capability, tensor_peak_flops
 from .models import BestConfig, Device
 from .records import DeviceInfo, TrialResult
 

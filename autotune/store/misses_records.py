@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..problem import Problem
+from ..model.problem import Problem
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class ProblemRow(Base):
 
 
 class TimedUnder:
-    """Under what a time was taken (autotune.environment), on every table of timings: SDPA's
+    """Under what a time was taken (measure.environment), on every table of timings: SDPA's
     speed is torch's and cuDNN's, a kernel's depends on the driver, and every time depends on
     the clock it ran at."""
 
@@ -203,7 +203,7 @@ class BestConfig(Base):
 
 class RuntimeMiss(Base):
     """Problems `attention()` served without an exact tuned entry, counted per process and
-    added here off the hot path (autotune.misses): what to tune next."""
+    added here off the hot path (autotune.runtime.misses): what to tune next."""
 
     __tablename__ = "runtime_misses"
     __table_args__ = (

@@ -6,9 +6,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config import Config
-from ..environment import Environment
-from ..problem import Problem
+from ..measure.environment import Environment
+from ..model.config import Config
+from ..model.problem import Problem
 
 OK = "ok"
 

@@ -14,12 +14,12 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
-from ..cache import DIGEST
-from ..compiler import BuildResult
-from ..config import Config, InvalidConfig
-from ..environment import Environment
-from ..problem import Problem
-from ..space import validate_config
+from ..build.cache import DIGEST
+from ..build.compiler import BuildResult
+from ..measure.environment import Environment
+from ..model.config import Config, InvalidConfig
+from ..model.problem import Problem
+from ..model.space import validate_config
 from .exchange import EXPORT_FORMAT, EXPORT_VERSION, BrokenRow, ImportEntry, parse_export
 from .misses_records import MissRecord
 from .models import (

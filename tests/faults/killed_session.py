@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.backends import ReplayBackend
-from autotune.search import SearchSettings, tune_problem
 from autotune.store.repo import TuningStore
+from autotune.tune.backends import ReplayBackend
+from autotune.tune.search import SearchSettings, tune_problem
 
 RECORDING = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sweep_sm80_h200.json"
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from autotune.runtime import attention
-from autotune.tensors import InputError
+from autotune.launch.tensors import InputError
+from autotune.runtime.attention import attention
 
 
 def qkv(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:

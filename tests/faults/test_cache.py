@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune import compiler
-from autotune.cache import ArtifactCache
-from autotune.cli import main
-from autotune.compiler import BuildResult, compile_config, lookup
-from autotune.config import Config
-from autotune.cubin import read_launch_info
-from autotune.target import target_for_arch
+from autotune.build import compiler
+from autotune.build.cache import ArtifactCache
+from autotune.build.compiler import BuildResult, compile_config, lookup
+from autotune.build.cubin import read_launch_info
+from autotune.cli.main import main
+from autotune.model.config import Config
+from autotune.model.target import target_for_arch
 
 from .conftest import read_only, sm80_config
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune import dispatch as dispatch_module
-from autotune.cli import main
-from autotune.dispatch import Dispatcher
-from autotune.problem import Problem
+from autotune.cli.main import main
+from autotune.model.problem import Problem
+from autotune.model.target import target_for_arch
+from autotune.runtime import dispatch as dispatch_module
+from autotune.runtime.dispatch import Dispatcher
 from autotune.store.repo import TuningStore
-from autotune.target import target_for_arch
 
 from .conftest import H200_DEVICE, export_doc, export_entry, read_only
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune import runtime
-from autotune.reference import reference_attention
-from autotune.runtime import attention, configure
-from autotune.tensors import InputError
+from autotune.launch.tensors import InputError
+from autotune.measure.reference import reference_attention
+from autotune.runtime import attention as runtime
+from autotune.runtime.attention import attention, configure
 
 pytestmark = pytest.mark.gpu
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from autotune.cli import main
-from autotune.config import Config
-from autotune.problem import Problem
+from autotune.cli.main import main
+from autotune.model.config import Config
+from autotune.model.problem import Problem
 from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import BrokenRow, TuningStore
 

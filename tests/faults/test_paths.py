@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from autotune._paths import search_spaces_dir
-from autotune.cache import ArtifactCache
-from autotune.codegen import render
-from autotune.config import Config, InvalidConfig
-from autotune.space import load_space
+from autotune.build.cache import ArtifactCache
+from autotune.build.codegen import render
+from autotune.model.config import Config, InvalidConfig
+from autotune.model.space import load_space
 from autotune.store.repo import BrokenRow, TuningStore
 
 from .conftest import export_doc, export_entry, sm80_config

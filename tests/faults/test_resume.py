@@ -16,10 +16,10 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune._process import Owner, is_gone, this_process
-from autotune.backends import ReplayBackend
-from autotune.cli import main
-from autotune.search import SearchSettings, study_name, tune_problem
+from autotune.cli.main import main
 from autotune.store.repo import TuningStore
+from autotune.tune.backends import ReplayBackend
+from autotune.tune.search import SearchSettings, study_name, tune_problem
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
@@ -90,7 +90,7 @@ def test_a_trial_measured_but_never_told_is_told_its_value(url: str) -> None:
 
 
 def measured_digests(url: str) -> list[str]:
-    from autotune.config import Config
+    from autotune.model.config import Config
 
     return [Config.from_dict(t["config"]).digest for t in TuningStore(url).trials()]
 

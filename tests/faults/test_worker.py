@@ -13,17 +13,17 @@ import optuna
 import pytest
 from sqlalchemy import text
 
-from autotune import toolchain as toolchain_module
-from autotune.backends import ReplayBackend
-from autotune.cache import ArtifactCache
-from autotune.compiler import BuildResult, compile_many
-from autotune.config import Config
-from autotune.problem import Problem
-from autotune.search import SearchSettings, study_name, tune_problem
+from autotune.build import toolchain as toolchain_module
+from autotune.build.cache import ArtifactCache
+from autotune.build.compiler import BuildResult, compile_many
+from autotune.measure.worker import GpuWorker
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.target import target_for_arch
 from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import TuningStore
-from autotune.target import target_for_arch
-from autotune.worker import GpuWorker
+from autotune.tune.backends import ReplayBackend
+from autotune.tune.search import SearchSettings, study_name, tune_problem
 
 from .conftest import sm80_config
 

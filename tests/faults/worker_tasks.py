@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from autotune.worker import register_task
+from autotune.measure.worker import register_task
 
 _context = {"broken": False}
 

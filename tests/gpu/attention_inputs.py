@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from autotune.problem import Problem
-from autotune.reference import reference_attention
+from autotune.measure.reference import reference_attention
+from autotune.model.problem import Problem
 
 
 def make(problem: Problem, layout: str = "bhld") -> tuple[torch.Tensor, ...]:

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from autotune.cli import main
+from autotune.cli.main import main
 
 
 def check_subspace(tmp_path: Path, family: str, head_dim: int, dtype: str, causal: str) -> None:

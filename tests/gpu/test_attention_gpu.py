@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import autotune
-from autotune.dispatch import device_info
-from autotune.problem import Problem
-from autotune.runtime import Unsupported, configure
-from autotune.space import load_space
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.runtime.attention import Unsupported, configure
+from autotune.runtime.dispatch import device_info
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import autotune
-from autotune.dispatch import device_info
-from autotune.problem import Problem
-from autotune.runtime import configure
-from autotune.space import load_space
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.runtime.attention import configure
+from autotune.runtime.dispatch import device_info
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 
@@ -69,7 +69,7 @@ def test_eager_runs_the_stored_backend_with_its_lse(problem: Problem, layout: st
 
 
 def test_lse_comes_from_a_torch_op_not_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune.reference as reference
+    import autotune.measure.reference as reference
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the fp32 reference ran on the hot path")
@@ -119,7 +119,7 @@ def test_untuned_decode_goes_to_sdpa_without_a_warning() -> None:
 
 def test_misses_are_counted_without_a_database_touch_per_call(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import runtime
+    from autotune.runtime import attention as runtime
     from autotune.store.repo import TuningStore as Store
 
     problem = Problem(2, 8, 2, 1, 2048, 64, "bf16", False)  # untuned: SDPA by the rule

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import compile_config
-from autotune.kernel import CompiledKernel
-from autotune.reference import reference_attention
-from autotune.space import load_space
-from autotune.target import default_target
-from autotune.tensors import InputError
-from autotune.worker import GpuWorker
+from autotune.build.compiler import compile_config
+from autotune.launch.kernel import CompiledKernel
+from autotune.launch.tensors import InputError
+from autotune.measure.reference import reference_attention
+from autotune.measure.worker import GpuWorker
+from autotune.model.space import load_space
+from autotune.model.target import default_target
 
 from .subspace import check_subspace
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import autotune
-from autotune.dispatch import device_info
-from autotune.problem import Problem
-from autotune.reference import reference_attention
-from autotune.runtime import configure
-from autotune.space import load_space
+from autotune.measure.reference import reference_attention
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.runtime.attention import configure
+from autotune.runtime.dispatch import device_info
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 

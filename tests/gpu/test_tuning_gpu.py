@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.backends import GpuBackend
-from autotune.problem import Problem
-from autotune.search import SearchSettings
-from autotune.tuning import best_config, tune
+from autotune.model.problem import Problem
+from autotune.tune.backends import GpuBackend
+from autotune.tune.search import SearchSettings
+from autotune.tune.tuning import best_config, tune
 
 pytestmark = pytest.mark.gpu
 

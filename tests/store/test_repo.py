@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import Config
-from autotune.problem import Problem
-from autotune.space import load_space
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
 from autotune.store.records import BaselineTiming, DeviceInfo, TrialResult
 from autotune.store.repo import BrokenRow, TuningStore, problem_distance
-from autotune.target import target_for_arch
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 OTHER_DRIVER = DeviceInfo("NVIDIA H200", 90, 132, "590.1", "13.1")
@@ -219,8 +219,8 @@ def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
     """`list` compares the build each best was timed with to the build the current sources,
     toolchain and flags make: a kernel update shows as "older" (needs nvcc's version and the
     CUTLASS headers, as the compile-only tests do; nothing is compiled)."""
-    from autotune.cli import main
-    from autotune.compiler import BuildResult, build_key
+    from autotune.build.compiler import BuildResult, build_key
+    from autotune.cli.main import main
 
     db = f"sqlite:///{tmp_path}/k.db"
     store = TuningStore(db)

@@ -1,0 +1,2 @@
+"""Stage 8, cli: the `cute-autotune` command, its tables, the demo, bench and report. May
+import every stage."""

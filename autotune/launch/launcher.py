@@ -1,0 +1,124 @@
+"""Build (once per machine) and import the pybind11 launcher extension.
+
+The extension is compiled from kernel_src/launcher/launcher.cpp with the host C++ compiler into
+<cache>/launcher/<hash>/, where the hash covers its sources, the Python ABI, the pybind11 version
+and the compiler. A file lock keeps concurrent processes from building it twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from .._paths import cache_dir, kernel_src_dir
+from ..build.toolchain import ToolchainError, toolchain
+
+MODULE_NAME = "_cute_autotune_launcher"
+
+
+class LauncherBuildError(RuntimeError):
+    pass
+
+
+def _sources() -> list[Path]:
+    root = kernel_src_dir()
+    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h", root / "sm90" / "params.h"]
+
+
+def _compiler() -> str:
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate) or candidate
+    raise ToolchainError("no C++ compiler found to build the launcher (set CXX)")
+
+
+def _build_key(compiler: str) -> str:
+    import pybind11
+
+    digest = hashlib.sha256()
+    for path in _sources():
+        digest.update(path.read_bytes())
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    digest.update(f"{suffix}|{pybind11.__version__}|{compiler}|{sys.version}".encode())
+    return digest.hexdigest()[:16]
+
+
+def build_launcher(force: bool = False) -> Path:
+    """Path of the built extension, building it if needed."""
+    import pybind11
+
+    compiler = _compiler()
+    directory = cache_dir() / "launcher" / _build_key(compiler)
+    target = directory / (MODULE_NAME + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if target.is_file() and not force:
+        return target
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock_file = open(directory / ".lock", "w")  # noqa: SIM115 - held for the build below
+    except OSError as exc:
+        raise LauncherBuildError(
+            f"cannot build the launcher in {directory} ({exc.strerror}): set "
+            "CUTE_AUTOTUNE_CACHE to a writable folder") from None
+    with lock_file as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file() and not force:
+            return target
+        staging = directory / f"{target.name}.{os.getpid()}.tmp"
+        command = [
+            compiler,
+            "-O2",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            f"-I{pybind11.get_include()}",
+            f"-I{sysconfig.get_paths()['include']}",
+            f"-I{toolchain().cuda_include}",
+            str(_sources()[0]),
+            "-o",
+            str(staging),
+            "-ldl",
+        ]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LauncherBuildError(
+                "building the launcher extension failed:\n" + " ".join(command) + "\n"
+                + proc.stderr[-4000:]
+            )
+        staging.replace(target)
+    return target
+
+
+_module: ModuleType | None = None
+_module_lock = threading.Lock()
+
+
+def launcher() -> ModuleType:
+    """The imported launcher extension (built on first use; once per process, whichever
+    thread asks first)."""
+    global _module
+    with _module_lock:
+        if _module is None:
+            _module = import_launcher()
+        return _module
+
+
+def import_launcher() -> ModuleType:
+    """Build (if needed) and import the extension, without the per-process memo."""
+    path = build_launcher()
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    if spec is None or spec.loader is None:
+        raise LauncherBuildError(f"cannot import the launcher from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,335 @@
+"""A kernel family's search space, declared in search_spaces/<family>.toml.
+
+The space file is the family's whole description as far as Python is concerned: its parameters
+(problem-bound or tunable) with their allowed values, derived quantities, static constraints,
+and how a config becomes C++ (header, traits template, entry macro, nvcc target). Search, storage
+and codegen only talk to this class, so a new family is a new file, not a new code path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .._paths import search_spaces_dir
+from . import expressions as _expr
+from .config import Config, InvalidConfig, Value, check_family_name
+from .target import Target
+
+PROBLEM = "problem"
+TUNABLE = "tunable"
+# What a family's configs are: CuTe kernels compiled by nvcc, or torch's own SDPA backends
+# (the `sdpa` pseudo-family: nothing to compile, always a finalist of the re-ranking).
+CUDA, TORCH = "cuda", "torch"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    role: str  # PROBLEM or TUNABLE
+    values: tuple[Value, ...]
+    cpp: tuple[tuple[str, str], ...] = ()  # enum value -> C++ spelling (strings only)
+    labels: tuple[tuple[str, str], ...] = ()  # value -> short label used in config names
+    doc: str = ""
+
+    def cpp_literal(self, value: Value) -> str:
+        """The C++ spelling of an allowed value. Only whitelisted values ever get here."""
+        if value not in self.values:
+            raise InvalidConfig([f"{self.name} = {value!r} is not one of {list(self.values)}"])
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(int(value))
+        spelled = dict(self.cpp).get(value)
+        if spelled is None:
+            raise InvalidConfig([f"{self.name} = {value!r} has no C++ spelling in the space file"])
+        return spelled
+
+    def label(self, value: Value) -> str:
+        key = str(value).lower() if isinstance(value, bool) else str(value)
+        return dict(self.labels).get(key, key)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    expr: str
+    message: str
+
+
+def _same_kind(value: Any, allowed: tuple[Value, ...]) -> bool:
+    # bool is an int in Python; a JSON `1` must not pass for `true` or the reverse.
+    return any(type(value) is type(a) and value == a for a in allowed)
+
+
+class Space:
+    def __init__(self, data: Mapping[str, Any], source: str = "<memory>") -> None:
+        self.source = source
+        try:
+            self.family: str = data["family"]
+            self.kind: str = data.get("kind", CUDA)
+            self.description: str = data.get("description", "")
+            self.min_cc: int = int(data.get("min_compute_capability", 0))
+            self.max_cc: int = int(data.get("max_compute_capability", 10_000))
+            # Which family's built-in default dispatch prefers when several could run a problem
+            # that nobody tuned (the highest wins); tuned results choose by measurement instead.
+            self.dispatch_priority: int = int(data.get("dispatch_priority", 0))
+            compiled = self.kind == CUDA
+            self.gencode: str = data["gencode"] if compiled else ""
+            self.header: str = data["header"] if compiled else ""
+            self.entry_macro: str = data["entry_macro"] if compiled else ""
+            self.traits_template: str = data["traits"] if compiled else ""
+            self.name_template: str = data["name"]
+            params = [
+                Param(
+                    name=name,
+                    role=spec["role"],
+                    values=tuple(spec["values"]),
+                    cpp=tuple((str(k), str(v)) for k, v in spec.get("cpp", {}).items()),
+                    labels=tuple((str(k), str(v)) for k, v in spec.get("name", {}).items()),
+                    doc=spec.get("doc", ""),
+                )
+                for name, spec in data["params"].items()
+            ]
+            self.derived: dict[str, str] = dict(data.get("derived", {}))
+            self.constraints = tuple(
+                Constraint(c["expr"], c["message"]) for c in data.get("constraints", [])
+            )
+            self._heuristic: dict[int, dict[str, Value]] = {
+                int(k): dict(v) for k, v in data.get("heuristic", {}).items()}
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{source}: malformed space file ({exc!r})") from None
+        check_family_name(self.family)
+        if self.kind not in (CUDA, TORCH):
+            raise ValueError(f"{source}: kind {self.kind!r} is not {CUDA!r} or {TORCH!r}")
+        header = Path(self.header)
+        if self.kind == CUDA and (header.is_absolute() or ".." in header.parts
+                                  or len(header.parts) < 2):
+            raise ValueError(f"{source}: header {self.header!r} is not a path inside a family's "
+                             "folder of kernel_src/")
+        self.params: dict[str, Param] = {p.name: p for p in params}
+        for p in params:
+            if p.role not in (PROBLEM, TUNABLE):
+                raise ValueError(f"{source}: parameter {p.name} has unknown role {p.role!r}")
+        self._check_expressions()
+
+    def _check_expressions(self) -> None:
+        known = set(self.params) | {"max_smem_per_block", "cc"}
+        for name, expr in self.derived.items():
+            unknown = _expr.names_in(expr) - known
+            if unknown:
+                raise ValueError(f"{self.source}: derived {name} uses unknown {sorted(unknown)}")
+            known.add(name)
+        for c in self.constraints:
+            unknown = _expr.names_in(c.expr) - known
+            if unknown:
+                raise ValueError(f"{self.source}: constraint {c.expr!r} uses unknown "
+                                 f"{sorted(unknown)}")
+
+    @classmethod
+    def from_file(cls, path: Path) -> Space:
+        with open(path, "rb") as f:
+            return cls(tomllib.load(f), str(path))
+
+    @property
+    def compiled(self) -> bool:
+        """Whether configs of this family are kernels nvcc builds (not torch's SDPA)."""
+        return self.kind == CUDA
+
+    def supports(self, cc: int) -> bool:
+        """Whether devices of compute capability `cc` (90 for sm_90) can run this family."""
+        return self.min_cc <= cc <= self.max_cc
+
+    def cc_range(self) -> str:
+        """The compute capabilities this family runs on, in words: "sm_80 and newer"."""
+        if self.max_cc >= 10_000:
+            return f"sm_{self.min_cc} and newer"
+        if self.min_cc == self.max_cc:
+            return f"sm_{self.min_cc} only"
+        return f"sm_{self.min_cc} to sm_{self.max_cc}"
+
+    # -- parameters -------------------------------------------------------------------------
+
+    @property
+    def problem_params(self) -> list[Param]:
+        return [p for p in self.params.values() if p.role == PROBLEM]
+
+    @property
+    def tunable_params(self) -> list[Param]:
+        return [p for p in self.params.values() if p.role == TUNABLE]
+
+    def config(self, **values: Value) -> Config:
+        """Build and validate a config of this family."""
+        return self.validate(Config.make(self.family, values))
+
+    def validate(self, config: Config) -> Config:
+        """Domain check: right family, every parameter present, every value allowed.
+
+        Raises InvalidConfig listing every problem. Say nothing of device limits: those are
+        `violations(config, target)`.
+        """
+        if config.family != self.family:
+            raise InvalidConfig([f"config is of family {config.family!r}, not {self.family!r}"],
+                                config)
+        given = dict(config.values)
+        reasons = [f"unknown parameter {k!r}" for k in given if k not in self.params]
+        for p in self.params.values():
+            if p.name not in given:
+                reasons.append(f"missing parameter {p.name!r}")
+            elif not _same_kind(given[p.name], p.values):
+                reasons.append(f"{p.name} = {given[p.name]!r} is not one of {list(p.values)}")
+        if reasons:
+            raise InvalidConfig(reasons, config)
+        return config
+
+    # -- derived values and constraints -----------------------------------------------------
+
+    def environment(self, config: Config, target: Target) -> dict[str, Any]:
+        env: dict[str, Any] = dict(config.values)
+        env["max_smem_per_block"] = target.max_smem_per_block
+        env["cc"] = target.cc
+        for name, expr in self.derived.items():
+            env[name] = _expr.evaluate(expr, env)
+        return env
+
+    def derived_values(self, config: Config, target: Target) -> dict[str, Any]:
+        env = self.environment(self.validate(config), target)
+        return {name: env[name] for name in self.derived}
+
+    def violations(self, config: Config, target: Target) -> list[str]:
+        """Why this config cannot run on `target` (empty when it can); includes domain errors."""
+        try:
+            self.validate(config)
+        except InvalidConfig as exc:
+            return exc.reasons
+        if not self.supports(target.cc):
+            return [f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
+                    f"target is {target.arch}"]
+        env = self.environment(config, target)
+        return [c.message for c in self.constraints if not _expr.evaluate(c.expr, env)]
+
+    def is_valid(self, config: Config, target: Target) -> bool:
+        return not self.violations(config, target)
+
+    # -- enumeration ------------------------------------------------------------------------
+
+    def all_configs(self, fixed: Mapping[str, Value] | None = None) -> Iterator[Config]:
+        """Every combination of allowed values (valid or not), with `fixed` parameters pinned."""
+        fixed = dict(fixed or {})
+        unknown = set(fixed) - set(self.params)
+        if unknown:
+            raise InvalidConfig([f"unknown parameter {k!r}" for k in sorted(unknown)])
+        axes: list[tuple[Value, ...]] = []
+        for p in self.params.values():
+            if p.name in fixed:
+                if not _same_kind(fixed[p.name], p.values):
+                    raise InvalidConfig(
+                        [f"{p.name} = {fixed[p.name]!r} is not one of {list(p.values)}"])
+                axes.append((fixed[p.name],))
+            else:
+                axes.append(p.values)
+        names = list(self.params)
+        for combo in itertools.product(*axes):
+            yield Config.make(self.family, dict(zip(names, combo, strict=True)))
+
+    def valid_configs(self, target: Target,
+                      fixed: Mapping[str, Value] | None = None) -> list[Config]:
+        return [c for c in self.all_configs(fixed) if self.is_valid(c, target)]
+
+    def heuristic(self, problem_values: Mapping[str, Value]) -> Config | None:
+        """The family's untuned default for a problem class (None if it has none)."""
+        tile = self._heuristic.get(int(problem_values["head_dim"]))
+        if tile is None:
+            return None
+        return self.validate(Config.make(self.family, {**problem_values, **tile}))
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def name_of(self, config: Config) -> str:
+        self.validate(config)
+        return self.name_template.format(**{k: self.params[k].label(v) for k, v in config.values})
+
+    def traits_of(self, config: Config) -> str:
+        self.validate(config)
+        return self.traits_template.format(
+            **{k: self.params[k].cpp_literal(v) for k, v in config.values}
+        )
+
+    def gencode_for(self, target: Target) -> str:
+        return self.gencode.format(cc=target.cc)
+
+
+
+def families() -> list[str]:
+    """Every kernel family: one per space file in search_spaces/ (read once per process: the
+    space files are package data)."""
+    return list(_family_names())
+
+
+@cache
+def _family_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in search_spaces_dir().glob("*.toml")))
+
+
+def kernel_families() -> list[str]:
+    """The families of compiled kernels (every family but torch's `sdpa`)."""
+    return [f for f in families() if load_space(f).compiled]
+
+
+def supported_families(target: Target | int) -> list[str]:
+    """The kernel families whose kernels run on `target` (a Target or a compute capability),
+    by name (torch's `sdpa` pseudo-family is not one: it runs wherever torch does)."""
+    cc = target if isinstance(target, int) else target.cc
+    return [f for f in kernel_families() if load_space(f).supports(cc)]
+
+
+def default_config(problem_values: Mapping[str, Value], target: Target) -> Config | None:
+    """The built-in default config for a problem class on `target`: that of the family of
+    highest `dispatch_priority` among those the target runs that have a default for the head
+    dim (None if none has)."""
+    spaces = sorted((load_space(f) for f in supported_families(target)),
+                    key=lambda s: (-s.dispatch_priority, s.family))
+    for space in spaces:
+        try:
+            config = space.heuristic(problem_values)
+        except InvalidConfig:  # a problem value outside this family's space
+            continue
+        if config is not None:
+            return config
+    return None
+
+
+def unsupported_reason(target: Target | int) -> str:
+    """Why no family runs on `target`, naming what each family needs."""
+    cc = target if isinstance(target, int) else target.cc
+    spaces = [load_space(f) for f in kernel_families()]
+    needs = ", ".join(f"{s.family} needs {s.cc_range()}" for s in spaces)
+    if all(cc < s.min_cc for s in spaces):
+        return f"sm_{cc} is older than any kernel family supports ({needs})"
+    return f"no kernel family supports sm_{cc} ({needs})"
+
+
+def load_space(family: str) -> Space:
+    """The space of an installed kernel family. `family` is checked to be one of the names
+    `families()` lists before any path is built from it."""
+    known = _family_names()
+    if check_family_name(family) not in known:
+        raise InvalidConfig([f"unknown kernel family {family!r}; known: {', '.join(known)}"])
+    return _load_space(family)
+
+
+@cache
+def _load_space(family: str) -> Space:
+    space = Space.from_file(search_spaces_dir() / f"{family}.toml")
+    if space.family != family:
+        raise ValueError(f"{space.source} declares family {space.family!r}")
+    return space
+
+
+def validate_config(config: Config) -> Config:
+    """Validate a config read from outside (CLI, file, database) against its family's space."""
+    return load_space(config.family).validate(config)

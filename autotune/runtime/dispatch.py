@@ -1,0 +1,314 @@
+"""Decide which kernel runs a problem on a GPU, once per problem key, then remember it.
+
+Order: the exact problem tuned in the database; else the nearest tuned problem of the same
+dtype, head dim and causality (store.repo.problem_distance); else a built-in default for the
+head dim; else torch SDPA (fallback), with the reason. A tuned winner may be torch SDPA itself
+(a config of the `sdpa` pseudo-family: one backend), and dispatch then calls that backend. The
+kernels are never slower than what the user had where it was measured, and are not guessed at
+where it was not: a kernel family never measured faster than SDPA in the problem's region
+(head dim, dtype, causality, Lq bucket) on this GPU is chosen there neither by the nearest
+lookup nor by the built-in default; SDPA's default runs instead (`untuned="kernel"` restores
+the kernels' built-in defaults everywhere, for testing them). Tuned configs come from the database
+whatever their kernel family (the tuner stored the fastest of all families); each is checked
+against its own family's space and this GPU, and one this GPU cannot run is skipped with the
+reason. The built-in default is that of the family of highest `dispatch_priority` (a key of
+each space file) among those the GPU runs. A chosen config that is not compiled yet is compiled
+now (unless compile-on-miss is off, then the next option is tried). The first use of a
+database on a GPU in a process imports the shipped results of that GPU from db/: they fill the
+problems not tuned in that database and refresh rows imported from older shipped files, and
+never replace a config tuned there.
+
+After the first call per key the decision is a dict lookup: no database query, no file I/O, no
+compile; each cubin is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._jsonfile import JsonInputError, read_json
+from .._paths import db_dir
+from ..build.compiler import compile_config, lookup
+from ..launch.kernel import CompiledKernel
+from ..model.config import Config
+from ..model.problem import Problem
+from ..model.space import default_config, load_space, supported_families, unsupported_reason
+from ..model.target import Target, target_for_device
+from ..store.records import DeviceInfo
+from ..store.repo import BrokenRow, TuningStore
+
+EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
+SDPA_FAMILY = "sdpa"
+UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
+
+
+def lq_bucket(seqlen_q: int) -> str:
+    """The query-length class a region is made of: decode (1, up to 16), short, prefill."""
+    return "1" if seqlen_q <= 1 else "2-16" if seqlen_q <= 16 else (
+        "17-128" if seqlen_q <= 128 else ">128")
+
+
+def region(problem: Problem) -> tuple[int, str, bool, str]:
+    return (problem.head_dim, problem.dtype, problem.causal, lq_bucket(problem.seqlen_q))
+
+
+@dataclass(frozen=True)
+class Decision:
+    path: str  # exact | nearest | heuristic | fallback
+    reason: str
+    config: Config | None = None
+    tuned_problem: Problem | None = None  # the database problem the config was tuned on
+    distance: float = 0.0
+    measured_us: float | None = None  # on tuned_problem
+    measured_tflops: float | None = None
+    speedup_vs_sdpa: float | None = None
+    kernel: CompiledKernel | None = field(default=None, compare=False, repr=False)
+    skipped: tuple[str, ...] = ()  # better-ranked options passed over, each with its reason
+    decided: str | None = None  # how the tuner chose this winner (its margin or tie rule)
+
+    @property
+    def sdpa_backend(self) -> str | None:
+        """The torch SDPA backend this decision runs, when the winner is torch's own."""
+        if self.config is not None and self.config.family == SDPA_FAMILY:
+            return str(self.config["backend"])
+        return None
+
+    def describe(self) -> str:
+        if self.config is None:
+            return f"fallback to torch SDPA: {self.reason}"
+        name = load_space(self.config.family).name_of(self.config)
+        tuned = self.tuned_problem.describe() if self.tuned_problem else ""
+        where = {EXACT: "tuned for this problem",
+                 HEURISTIC: (self.reason if self.sdpa_backend else
+                             "built-in default for this head dim"),
+                 NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})"}[self.path]
+        if self.sdpa_backend is not None:
+            name = f"torch SDPA ({self.sdpa_backend} backend)"
+        speed = (f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
+                 f" default" if self.measured_tflops and self.speedup_vs_sdpa else "")
+        if self.decided:
+            speed += f"; {self.decided}"
+        passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
+        return f"{self.path}: {name}, {where}{speed}{passed}"
+
+
+def _region_text(problem: Problem) -> str:
+    head_dim, dtype, causal, bucket = region(problem)
+    return (f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}")
+
+
+def device_info(index: int) -> DeviceInfo:
+    """Identity of a GPU for lookups: model, compute capability and SM count."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return DeviceInfo(props.name, props.major * 10 + props.minor, props.multi_processor_count,
+                      "", str(torch.version.cuda))
+
+
+def shipped_results() -> list[dict[str, Any]]:
+    """The pre-tuned result files shipped in db/ (JSON exports)."""
+    found = []
+    for path in sorted(db_dir().glob("*.json")):
+        try:
+            found.append(read_json(path))
+        except JsonInputError:
+            continue
+    return found
+
+
+class Dispatcher:
+    def __init__(self, db: str | None = None, *, compile_on_miss: bool = True,
+                 use_shipped: bool = True, untuned: str = "measured") -> None:
+        if untuned not in ("measured", "kernel"):
+            raise ValueError(f"untuned must be 'measured' or 'kernel', got {untuned!r}")
+        self.db = db
+        self.compile_on_miss = compile_on_miss
+        self.use_shipped = use_shipped
+        self.untuned = untuned
+        self._memo: dict[tuple[Any, ...], Decision] = {}
+        self._lock = threading.Lock()
+        self._store: TuningStore | None = None
+        self._seeded: set[str] = set()
+        self._warned_db = False
+        self.db_queries = 0  # for tests: a repeated call must not touch the database
+
+    def store(self) -> TuningStore:
+        if self._store is None:
+            self._store = TuningStore(self.db)
+        return self._store
+
+    def _seed_from_shipped(self, device: DeviceInfo) -> None:
+        """Import the shipped results of this GPU model (once per process): they fill the
+        problems the database has no best config for and refresh rows imported from older
+        shipped files; a config tuned in this database is never replaced."""
+        if not self.use_shipped or device.name in self._seeded:
+            return
+        self._seeded.add(device.name)
+        store = self.store()
+        for document in shipped_results():
+            entries = [e for e in document.get("results", [])
+                       if e.get("device", {}).get("name") == device.name
+                       and e.get("device", {}).get("sm_count") == device.sm_count]
+            if entries:
+                try:
+                    store.import_results({**document, "results": entries},
+                                         refresh_imported=True)
+                except BrokenRow:
+                    continue  # a damaged shipped file must not stop attention from running
+
+    def decide(self, problem: Problem, device_index: int) -> Decision:
+        key = (device_index, problem)
+        decision = self._memo.get(key)
+        if decision is None:
+            with self._lock:
+                decision = self._memo.get(key)
+                if decision is None:
+                    decision = self._decide(problem, device_index)
+                    self._memo[key] = decision
+        return decision
+
+    def _candidates(self, problem: Problem, device: DeviceInfo,
+                    target: Target) -> tuple[list[Decision], list[str]]:
+        """The options in order of preference, and why better ones are missing (a database
+        that cannot be used, a row refused, a family not measured faster than SDPA here):
+        reasons the decision keeps."""
+        options: list[Decision] = []
+        notes: list[str] = []
+        faster: set[str] | None = None  # kernel families measured faster than SDPA here
+        try:
+            self.db_queries += 1
+            self._seed_from_shipped(device)
+            store = self.store()
+            exact = store.best(device, problem)
+            if exact is not None:
+                options.append(self._tuned(EXACT, "tuned for this problem", exact, 0.0))
+            near = store.nearest(device, problem)
+            if near is not None and (exact is None or near[0].config != exact.config):
+                record, distance = near
+                options.append(self._tuned(NEAREST, "nearest tuned problem", record, distance))
+            if self.untuned == "measured":
+                faster = store.families_faster_than_sdpa(device, region(problem), lq_bucket)
+        except BrokenRow as exc:
+            notes.append(f"refused a database row: {exc}")
+        except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
+            notes.append(f"tuning database unavailable: {exc}")
+            if not self._warned_db:
+                self._warned_db = True
+                warnings.warn(f"cute-autotune: tuning database unavailable, dispatch uses the "
+                              f"built-in defaults: {exc}", stacklevel=2)
+        if self.untuned == "measured":
+            faster = faster or set()
+            kept = []
+            for option in options:
+                assert option.config is not None
+                family = option.config.family
+                if option.path == NEAREST and family != SDPA_FAMILY and family not in faster:
+                    notes.append(f"nearest {family} config not taken: {family} was never "
+                                 f"measured faster than torch SDPA for {_region_text(problem)}")
+                    continue
+                kept.append(option)
+            options = kept
+        heuristic = default_config(problem.space_values(), target)
+        if heuristic is not None and (self.untuned == "kernel"
+                                      or heuristic.family in (faster or set())):
+            options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
+                                    "causality on this GPU", heuristic))
+        elif heuristic is not None:
+            options.append(Decision(
+                HEURISTIC, f"untuned, and no kernel family was measured faster than torch "
+                f"SDPA for {_region_text(problem)} on this GPU",
+                load_space(SDPA_FAMILY).heuristic(problem.space_values())))
+        return options, notes
+
+    @staticmethod
+    def _tuned(path: str, reason: str, record: Any, distance: float) -> Decision:
+        return Decision(path, reason, record.config, record.problem, distance,
+                        record.median_us, record.tflops, record.speedup_vs_default,
+                        decided=record.decision)
+
+    def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
+        return device_info(device_index), target_for_device(device_index)
+
+    def _decide(self, problem: Problem, device_index: int) -> Decision:
+        device, target = self._identify(device_index)
+        if not supported_families(target):
+            return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
+        options, problems = self._candidates(problem, device, target)
+        return self._first(options, problems, target,
+                           lambda c: self._load(c, target, device_index, problems))
+
+    @staticmethod
+    def _first(options: list[Decision], problems: list[str], target: Target,
+               load: Callable[[Config], CompiledKernel | None] | None, *,
+               kernels_only: bool = False) -> Decision:
+        """The first option that can run on `target`: torch SDPA's (nothing to load; passed
+        over with `kernels_only`), or a kernel config the target allows and `load` loads (every
+        allowed one when `load` is None); what was passed over, and why, goes in `skipped`."""
+        for option in options:
+            assert option.config is not None
+            if option.config.family == SDPA_FAMILY:
+                if kernels_only:
+                    continue
+                return replace(option, skipped=tuple(problems))
+            reasons = load_space(option.config.family).violations(option.config, target)
+            if reasons:
+                problems.append(f"{option.path} {option.config.family} config cannot run here: "
+                                f"{'; '.join(reasons)}")
+                continue
+            if load is None:
+                return replace(option, skipped=tuple(problems))
+            kernel = load(option.config)
+            if kernel is not None:
+                return replace(option, kernel=kernel, skipped=tuple(problems))
+        return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
+
+    def _load(self, config: Config, target: Target, device_index: int,
+              problems: list[str]) -> CompiledKernel | None:
+        build = lookup(config, target)
+        if build is None:
+            if not self.compile_on_miss:
+                problems.append(f"{load_space(config.family).name_of(config)} is not compiled "
+                                "and compile-on-miss is off")
+                return None
+            build = compile_config(config, target)
+        if not build.ok:
+            problems.append(f"{build.status}: {build.message[:300]}")
+            return None
+        try:
+            return CompiledKernel(build, device_index)
+        except Exception as exc:  # noqa: BLE001 - a cubin that does not load is a reason
+            problems.append(f"cannot load {build.cubin}: {exc}")
+            return None
+
+    def kernel_decision(self, problem: Problem, device_index: int) -> Decision:
+        """The best decision that runs one of our kernels (never torch SDPA): for a call that
+        needs what only a kernel gives where SDPA won (its log-sum-exp, when no torch op
+        returns it for the problem)."""
+        device, target = self._identify(device_index)
+        options, problems = self._candidates(problem, device, target)
+        heuristic = default_config(problem.space_values(), target)
+        if heuristic is not None:
+            options.append(Decision(HEURISTIC, "built-in default (SDPA cannot serve this call)",
+                                    heuristic))
+        return self._first(options, problems, target,
+                           lambda c: self._load(c, target, device_index, problems),
+                           kernels_only=True)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()
+
+    def would_run(self, problem: Problem, device: DeviceInfo, target: Target) -> Decision:
+        """What `decide` would choose for `problem` on `device` (of `target`), without a GPU:
+        the first option whose config the target allows. Nothing is compiled or loaded, so a
+        config that would fail to build or load here is not seen (`decide` would pass over
+        it); the answer is not remembered."""
+        if not supported_families(target):
+            return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
+        options, problems = self._candidates(problem, device, target)
+        return self._first(options, problems, target, None)
