@@ -125,7 +125,7 @@ def main() -> int:
                 env = sampled(log, start, end)
                 for name, t in timings.items():
                     row = {"problem": problem.describe(), "mode": mode, "call": name,
-                           "tflops": problem.flops / t.median_us / 1e6,
+                           "tflops": problem.tflops(t.median_us),
                            "median_us": t.median_us, **env,
                            "tflops_per_ghz": problem.flops / t.median_us / 1e3
                            / env["sm_clock_mhz"]}

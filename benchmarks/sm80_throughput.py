@@ -129,7 +129,7 @@ def main() -> int:
             timings, errors = time_kernels(screen, named, False, rounds=3, round_ms=10)
             for name, t in timings.items():
                 screening.append({"name": name, "shape": args.screen_shape, "causal": causal,
-                                  "head_dim": d, "tflops": t.tflops(screen.flops),
+                                  "head_dim": d, "tflops": screen.tflops(t.median_us),
                                   "median_us": t.median_us, "rel_err_vs_sdpa": errors[name]})
             ranked = sorted(timings, key=lambda n: timings[n].median_us)
             ranked = [n for n in ranked if errors[n] < 2e-2][: args.top]
@@ -138,15 +138,15 @@ def main() -> int:
                 problem = Problem(b, h, h, length, length, d, args.dtype, causal)
                 top = {n: named[n] for n in ranked}
                 timings2, errors2 = time_kernels(problem, top, True, rounds=9, round_ms=40)
-                sdpa = timings2["sdpa_default"].tflops(problem.flops)
-                flash = timings2["sdpa_flash"].tflops(problem.flops)
+                sdpa = problem.tflops(timings2["sdpa_default"].median_us)
+                flash = problem.tflops(timings2["sdpa_flash"].median_us)
                 for rank, name in enumerate(ranked):
                     t = timings2[name]
                     rows.append({
                         "dtype": args.dtype, "head_dim": d, "batch": b, "heads": h,
                         "seqlen": length, "causal": causal,
                         "config": named[name].config.as_dict(), "name": name,
-                        "screen_rank": rank + 1, "tflops": round(t.tflops(problem.flops), 1),
+                        "screen_rank": rank + 1, "tflops": round(problem.tflops(t.median_us), 1),
                         "median_us": round(t.median_us, 2), "p20_us": round(t.p20_us, 2),
                         "p80_us": round(t.p80_us, 2),
                         "sdpa_default_tflops": round(sdpa, 1),

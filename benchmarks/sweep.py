@@ -90,11 +90,11 @@ def sweep_shape(problem: Problem, rounds: int, round_ms: float, limit: int | Non
         t = timings.get(row["name"])
         if t is not None:
             row.update(median_us=round(t.median_us, 3), p20_us=round(t.p20_us, 3),
-                       p80_us=round(t.p80_us, 3), tflops=round(t.tflops(problem.flops), 2))
+                       p80_us=round(t.p80_us, 3), tflops=round(problem.tflops(t.median_us), 2))
     base_fns = {name: (lambda i, calls=calls: calls[i]()) for name, calls in baselines.items()}
     base = measure(base_fns, n_sets=n_sets, rounds=2 * rounds, round_ms=2 * round_ms)
     return {"problem": problem.as_dict(), "flops": problem.flops,
-            "sdpa": {name: {**t.as_dict(), "tflops": round(t.tflops(problem.flops), 2)}
+            "sdpa": {name: {**t.as_dict(), "tflops": round(problem.tflops(t.median_us), 2)}
                      for name, t in base.items()},
             "configs": rows}
 

@@ -46,7 +46,7 @@ def main(pieces: list[str]) -> int:
                 times = [t["median_us"] for t in rows if pick(t["config"])]
                 return f"{best / min(times):14.2f}" if times else f"{'-':>14s}"
 
-            print(f"{problem.describe():32s} {len(rows):6d} {problem.flops / best / 1e6:7.1f}  "
+            print(f"{problem.describe():32s} {len(rows):6d} {problem.tflops(best):7.1f}  "
                   + "  ".join(ratio(pick) for _, pick in COLUMNS))
     return 0
 

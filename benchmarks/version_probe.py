@@ -71,11 +71,10 @@ def probe(problem: Problem, config: Config, args: argparse.Namespace, target: Ta
         "sdpa": lambda i: sdpa[i](),
     }
     timings = measure(candidates, n_sets=len(sets), rounds=args.rounds)
-    flops = problem.flops
     row: dict[str, Any] = {"problem": problem.as_dict(), "config": config.as_dict(),
                            "max_abs_error": errors}
     for name, t in timings.items():
-        row[name] = {"median_us": t.median_us, "tflops": t.tflops(flops)}
+        row[name] = {"median_us": t.median_us, "tflops": problem.tflops(t.median_us)}
     return row
 
 

@@ -65,7 +65,7 @@ def sm90_recording(sm80: dict[str, Any], problem: Problem, *, fastest_us: float,
             us = fastest_us if i == 3 else others_us * (1 + 0.05 * i)
             row.update(status="ok", registers=168, spill_stores=0, spill_loads=0,
                        rel_err_vs_sdpa=3e-4, median_us=us, p20_us=0.99 * us, p80_us=1.01 * us,
-                       tflops=problem.flops / us / 1e6)
+                       tflops=problem.tflops(us))
         rows.append(row)
     return {"gpu": sm80["gpu"], "device": sm80["device"], "family": "sm90",
             "command": "synthetic (tests/test_families.py)",

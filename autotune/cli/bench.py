@@ -49,14 +49,15 @@ def bench_problem(problem: Problem, *, rounds: int = 7, round_ms: float = 40.0) 
         "config": decision.config.as_dict() if decision.config else None,
         "sdpa_backend": decision.sdpa_backend,
         "reason": decision.reason, "decided": decision.decided, "rel_err_vs_sdpa": rel_err,
-        "tflops": tuned.tflops(problem.flops), "gbytes_per_s": problem.bytes / tuned.median_us
-        / 1e3, "median_us": tuned.median_us, "p20_us": tuned.p20_us, "p80_us": tuned.p80_us,
+        "tflops": problem.tflops(tuned.median_us),
+        "gbytes_per_s": problem.gbytes_per_s(tuned.median_us),
+        "median_us": tuned.median_us, "p20_us": tuned.p20_us, "p80_us": tuned.p80_us,
         "calls": tuned.rounds, "sm_clock_mhz": tuned.sm_clock_mhz, "power_w": tuned.power_w,
         "stored_speedup_vs_sdpa_default": decision.speedup_vs_sdpa,
     }
     for name, t in timings.items():
         if name.startswith("sdpa_"):
-            row[f"{name}_tflops"] = t.tflops(problem.flops)
+            row[f"{name}_tflops"] = problem.tflops(t.median_us)
             row[f"{name}_us"] = t.median_us
     row["speedup_vs_sdpa_default"] = row["sdpa_default_us"] / row["median_us"]
     row["regret"] = tuned.median_us / min(t.median_us for t in timings.values())

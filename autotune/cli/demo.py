@@ -86,7 +86,7 @@ def gpu_part(problem: Problem, trials: int, db: str | None) -> int:
     print(f"\nautotune.attention(q, k, v{', causal=True' if problem.causal else ''}) dispatches "
           f"on the {decision.path} path: {decision.reason}")
     print(render_table(["call", "median us", "TFLOP/s"],
-                       [[n, f"{t.median_us:.1f}", f"{t.tflops(problem.flops):.1f}"]
+                       [[n, f"{t.median_us:.1f}", f"{problem.tflops(t.median_us):.1f}"]
                         for n, t in sorted(timings.items(), key=lambda kv: kv[1].median_us)]))
     print(f"relative difference to SDPA: {err:.2e}")
     return 0 if err < 1e-2 else 1

@@ -235,7 +235,7 @@ def outcome_json(o: TuneOutcome) -> dict[str, Any]:
     return {**o.problem.as_dict(), "family": o.best.config.family if o.best else None,
             "config": o.best.config.as_dict() if o.best else None, "tflops": o.tflops(),
             "median_us": o.best.median_us if o.best else None,
-            "sdpa": {k: {"median_us": b.median_us, "tflops": o.problem.flops / b.median_us / 1e6}
+            "sdpa": {k: {"median_us": b.median_us, "tflops": o.problem.tflops(b.median_us)}
                      for k, b in o.baselines.items()},
             "sdpa_default_tflops": _tflops(o, "default"), "sdpa_flash_tflops": _tflops(o, "flash"),
             "speedup_vs_default": o.speedup("default"), "speedup_vs_flash": o.speedup("flash"),
@@ -252,7 +252,7 @@ def outcome_json(o: TuneOutcome) -> dict[str, Any]:
 
 def _tflops(o: TuneOutcome, backend: str) -> float | None:
     base = o.baselines.get(backend)
-    return o.problem.flops / base.median_us / 1e6 if base else None
+    return o.problem.tflops(base.median_us) if base else None
 
 
 # -- best / list --------------------------------------------------------------------------------

@@ -43,9 +43,6 @@ class Timing:
     sm_clock_mhz: float | None = None
     power_w: float | None = None
 
-    def tflops(self, flops: int) -> float:
-        return flops / (self.median_us * 1e-6) / 1e12
-
     def overlaps(self, other: Timing) -> bool:
         """Whether the p20-p80 ranges of two timings overlap (the order is within the noise)."""
         return self.p20_us <= other.p80_us and other.p20_us <= self.p80_us

@@ -60,6 +60,14 @@ class Problem:
         """Forward FLOPs that matter: 2 GEMMs x 2 FLOPs per multiply-add, unmasked pairs only."""
         return 4 * self.batch * self.heads_q * self.head_dim * self.visible_pairs
 
+    def tflops(self, median_us: float) -> float:
+        """TFLOP/s of a forward pass that takes `median_us` microseconds (the one FLOP count)."""
+        return self.flops / median_us / 1e6
+
+    def gbytes_per_s(self, median_us: float) -> float:
+        """GB/s of a forward pass that takes `median_us` microseconds (the minimum bytes)."""
+        return self.bytes / median_us / 1e3
+
     @property
     def bytes(self) -> int:
         """Bytes a forward pass must move at least: Q and O once, K and V once (2-byte types);

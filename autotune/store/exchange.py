@@ -92,7 +92,7 @@ def _median(data: dict[str, Any], name: str, problem: Problem, device: DeviceInf
             math.isfinite(value) and MIN_MEDIAN_US <= value <= MAX_MEDIAN_US):
         raise BrokenRow(f"{name} must be a time from {MIN_MEDIAN_US} us to an hour, "
                         f"got {_show(value)}")
-    flops = problem.flops / (value * 1e-6)
+    flops = problem.tflops(value) * 1e12
     peak = tensor_peak_flops(device.compute_capability, device.sm_count)
     if flops > 2 * peak:
         raise BrokenRow(f"{name} = {value} us would be {flops / 1e12:,.0f} TFLOP/s, more than "

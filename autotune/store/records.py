@@ -55,7 +55,7 @@ class TrialResult:
     def tflops(self, problem: Problem) -> float | None:
         if not self.ok or not self.median_us:
             return None
-        return problem.flops / (self.median_us * 1e-6) / 1e12
+        return problem.tflops(self.median_us)
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ class TuningStore:
                 s.add(Baseline(device_id=device_id, problem_id=problem_id, study=study,
                                backend=t.backend, median_us=t.median_us, p20_us=t.p20_us,
                                p80_us=t.p80_us,
-                               tflops=problem.flops / (t.median_us * 1e-6) / 1e12,
+                               tflops=problem.tflops(t.median_us),
                                **_env_columns(t.env)))
 
     def latest_baselines(self, device: DeviceInfo, problem: Problem) -> dict[str, BaselineTiming]:
@@ -301,7 +301,7 @@ class TuningStore:
         row.family = result.config.family
         row.study = study
         row.median_us = median
-        row.tflops = problem.flops / (median * 1e-6) / 1e12
+        row.tflops = problem.tflops(median)
         row.sdpa_default_us = sdpa_default_us
         row.sdpa_flash_us = sdpa_flash_us
         row.speedup_vs_default = sdpa_default_us / median if sdpa_default_us else None

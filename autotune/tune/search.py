@@ -99,7 +99,7 @@ class Progress:
     last: TrialResult | None = None
 
     def best_tflops(self) -> float | None:
-        return self.problem.flops / (self.best_us * 1e-6) / 1e12 if self.best_us else None
+        return self.problem.tflops(self.best_us) if self.best_us else None
 
     def speedup(self) -> float | None:
         if not self.best_us or not self.sdpa_default_us:
