@@ -67,7 +67,7 @@ def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[Build
         derived = space.derived_values(result.config, H200)
         config = result.config
         assert info == result.launch_info
-        assert (info.abi_version, info.family) == (1, 80)
+        assert (info.abi_version, info.family, info.persistent, info.tma_box_cols) == (2, 80, 0, 0)
         assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
         assert (info.block_m, info.block_n, info.head_dim) == (
             config["block_m"], config["block_n"], config["head_dim"])
@@ -164,6 +164,8 @@ def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
     assert result.ptxas.wgmma_serialized == ""
     info = result.launch_info
     assert info is not None and (info.family, info.threads, info.block_m) == (90, 384, 128)
+    assert (info.persistent, info.tma_box_cols, info.tma_swizzle_bytes) == (1, 64, 128)
+    assert (info.tma_box_rows_q, info.tma_box_rows_k, info.tma_box_rows_o) == (128, 128, 64)
     tiles = space.derived_values(config, H200)["smem_bytes"]
     assert tiles <= info.smem_bytes < tiles + 2048  # tiles, then mbarriers and alignment
     refused = compile_config(config, target_for_arch("sm_80"), ArtifactCache(tmp_path))

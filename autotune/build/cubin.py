@@ -12,7 +12,8 @@ from pathlib import Path
 
 INFO_SYMBOL = "cute_autotune_fwd_info"
 _FIELDS = ("abi_version", "family", "head_dim", "dtype", "causal", "block_m", "block_n",
-           "threads", "smem_bytes")
+           "threads", "smem_bytes", "persistent", "tma_box_cols", "tma_swizzle_bytes",
+           "tma_box_rows_q", "tma_box_rows_k", "tma_box_rows_v", "tma_box_rows_o")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,14 @@ class LaunchInfo:
     block_n: int
     threads: int
     smem_bytes: int
+    # The grid schedule and the TMA maps (kernel_src/common/launch_info.h); 0 = none.
+    persistent: int = 0
+    tma_box_cols: int = 0
+    tma_swizzle_bytes: int = 0
+    tma_box_rows_q: int = 0
+    tma_box_rows_k: int = 0
+    tma_box_rows_v: int = 0
+    tma_box_rows_o: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -123,11 +123,13 @@ _SOURCE_SUFFIXES = {".h", ".hpp", ".cuh", ".cu"}
 @cache
 def kernel_source_hash(family_dir: str) -> str:
     """SHA-256 over the device sources a family's cubins are built from: the shared headers at
-    the top of kernel_src/ and the family's own directory (path and bytes, stable order). The
-    launcher's sources are not part of it: rebuilding the launcher keeps every cubin."""
+    the top of kernel_src/, the collectives every family includes (kernel_src/common/) and the
+    family's own directory (path and bytes, stable order). The launcher's sources are not part
+    of it: rebuilding the launcher keeps every cubin."""
     root = kernel_src_dir()
     files = [p for p in root.glob("*") if p.is_file()]
-    files += [p for p in (root / family_dir).rglob("*") if p.is_file()]
+    for folder in ("common", family_dir):
+        files += [p for p in (root / folder).rglob("*") if p.is_file()]
     digest = hashlib.sha256()
     for path in sorted(f for f in files if f.suffix in _SOURCE_SUFFIXES):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")

@@ -32,7 +32,8 @@ class LauncherBuildError(RuntimeError):
 
 def _sources() -> list[Path]:
     root = kernel_src_dir()
-    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h", root / "sm90" / "params.h"]
+    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h",
+            root / "common" / "launch_info.h", root / "common" / "tma_params.h"]
 
 
 def _compiler() -> str:

@@ -6,25 +6,26 @@
 // the module imports on machines without a driver and says so when asked to load a kernel.
 //
 // Work happens in the device's primary context, the one the CUDA runtime (and so torch) uses.
-// Grid, block and dynamic shared memory come from the LaunchInfo each cubin exports, i.e. from
-// the kernel's own traits: the caller reads it from the cubin's ELF symbol (autotune/cubin.py)
-// and passes it in, and loading checks it against what the driver reports (the symbol's size,
-// the function's thread limit). Nothing here copies device memory or synchronises, so a
+// Grid, block, dynamic shared memory, the schedule and the TMA maps come from the LaunchInfo
+// each cubin exports (common/launch_info.h), i.e. from the kernel's own traits: the caller
+// reads it from the cubin's ELF symbol (autotune/cubin.py) and passes it in, and loading checks
+// it against what the driver reports (the symbol's size, the function's thread limit). Nothing
+// here knows a kernel family. Nothing here copies device memory or synchronises, so a
 // kernel can even be loaded while a CUDA graph is being captured; cuLaunchKernel is
 // asynchronous and capturable.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "../common/launch_info.h"
+#include "../common/tma_params.h"
 #include "../fwd_params.h"
-#include "../sm90/params.h"
 
 namespace py = pybind11;
 using cute_autotune::FwdParams;
@@ -49,7 +50,6 @@ struct Driver {
   decltype(&::cuFuncGetAttribute) func_get_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
   decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled;
-  decltype(&::cuMemcpyDtoH) memcpy_dtoh;
   decltype(&::cuDeviceGetAttribute) device_get_attribute;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_blocks;
 };
@@ -88,7 +88,6 @@ const Driver& driver() {
       resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
       resolve(lib, d.launch_kernel, "cuLaunchKernel");
       resolve(lib, d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
-      resolve(lib, d.memcpy_dtoh, "cuMemcpyDtoH_v2");
       resolve(lib, d.device_get_attribute, "cuDeviceGetAttribute");
       resolve(lib, d.occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     } catch (const std::exception& e) {
@@ -124,43 +123,49 @@ class ScopedContext {
   CUcontext previous_ = nullptr;
 };
 
-// A prepared launch (see Kernel::plan). The CUfunction stays valid for the process: modules are
-// never unloaded.
-// A TMA tensor map over a (B, H, L, D) operand seen as 4-D (D, L, H, B), D contiguous, with a
-// box of (box_cols, box_rows, 1, 1) and the swizzle that matches the kernel's smem layout
-// (128 bytes of columns; 64 for head_dim 32). Rows past L are zero-filled by the hardware.
-CUtensorMap encode_tensor_map(const void* base, const FwdParams& p, int dtype, int head_dim,
+CUtensorMapSwizzle tma_swizzle(int bytes) {
+  switch (bytes) {
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    default: return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+// A TMA tensor map over a (B, H, L, D) operand seen as 4-D (D, L, H, B), D contiguous, with the
+// box (tma_box_cols, box_rows, 1, 1) and the swizzle the kernel's LaunchInfo declares (those of
+// its shared-memory layout). Rows past L are zero-filled by the hardware.
+CUtensorMap encode_tensor_map(const void* base, const FwdParams& p, const LaunchInfo& info,
                               int seqlen, int heads, int64_t row_stride, int64_t head_stride,
                               int64_t batch_stride, int box_rows) {
   constexpr int kElemBytes = 2;  // fp16 / bf16
-  const int box_cols = head_dim % 64 == 0 ? 64 : 32;
-  cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads),
+  cuuint64_t dims[4] = {cuuint64_t(info.head_dim), cuuint64_t(seqlen), cuuint64_t(heads),
                         cuuint64_t(p.batch)};
   cuuint64_t strides[3] = {cuuint64_t(row_stride * kElemBytes),
                            cuuint64_t(head_stride * kElemBytes),
                            cuuint64_t(batch_stride * kElemBytes)};
-  cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
+  cuuint32_t box[4] = {cuuint32_t(info.tma_box_cols), cuuint32_t(box_rows), 1, 1};
   cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map;
   check(driver().tensor_map_encode_tiled(
             &map,
-            dtype == cute_autotune::kDTypeFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            info.dtype == cute_autotune::kDTypeFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             4, const_cast<void*>(base), dims, strides, box, element_strides,
-            CU_TENSOR_MAP_INTERLEAVE_NONE,
-            box_cols * kElemBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(info.tma_swizzle_bytes),
             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   return map;
 }
 
+// A prepared launch (see Kernel::plan). The CUfunction stays valid for the process: modules are
+// never unloaded.
 struct Plan {
   FwdParams params{};
   unsigned grid[3] = {0, 0, 0};
   CUfunction function = nullptr;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
-  int o_box_rows = 0;  // sm90: rows of the TMA box O is stored with
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
               uintptr_t stream) const {
@@ -170,28 +175,23 @@ struct Plan {
     p.v = reinterpret_cast<const void*>(v);
     p.o = reinterpret_cast<void*>(o);
     p.lse = reinterpret_cast<float*>(lse);
-    if (info.family == 90) {
-      // The maps hold the base addresses, so they are encoded for every call (host only, a
-      // few microseconds; nothing is copied to the device).
-      cute_autotune::sm90::Sm90FwdParams p90;
-      p90.tma_q = encode_tensor_map(p.q, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
-                                    p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                                    info.block_m);
-      p90.tma_k = encode_tensor_map(p.k, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
-                                    p.k_row_stride, p.k_head_stride, p.k_batch_stride,
-                                    info.block_n);
-      p90.tma_v = encode_tensor_map(p.v, p, info.dtype, info.head_dim, p.seqlen_k, p.heads_kv,
-                                    p.v_row_stride, p.v_head_stride, p.v_batch_stride,
-                                    info.block_n);
-      // The epilogue stores O by TMA; rows past Lq are clipped.
-      p90.tma_o = encode_tensor_map(p.o, p, info.dtype, info.head_dim, p.seqlen_q, p.heads_q,
-                                    p.o_row_stride, p.o_head_stride, p.o_batch_stride,
-                                    o_box_rows);
-      p90.base = p;
-      submit(&p90, stream);
-    } else {
+    if (info.tma_box_cols == 0) {
       submit(&p, stream);
+      return;
     }
+    // The maps hold the base addresses, so they are encoded for every call (host only, a few
+    // microseconds; nothing is copied to the device). Stores through the O map clip rows past Lq.
+    cute_autotune::TmaFwdParams tma;
+    tma.tma_q = encode_tensor_map(p.q, p, info, p.seqlen_q, p.heads_q, p.q_row_stride,
+                                  p.q_head_stride, p.q_batch_stride, info.tma_box_rows_q);
+    tma.tma_k = encode_tensor_map(p.k, p, info, p.seqlen_k, p.heads_kv, p.k_row_stride,
+                                  p.k_head_stride, p.k_batch_stride, info.tma_box_rows_k);
+    tma.tma_v = encode_tensor_map(p.v, p, info, p.seqlen_k, p.heads_kv, p.v_row_stride,
+                                  p.v_head_stride, p.v_batch_stride, info.tma_box_rows_v);
+    tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
+                                  p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
+    tma.base = p;
+    submit(&tma, stream);
   }
 
  private:
@@ -209,8 +209,8 @@ class Kernel {
  public:
   Kernel(const std::string& cubin_path, int device, py::tuple info)
       : path_(cubin_path), device_(device) {
-    unpack_info(info);
     const Driver& d = driver();
+    unpack_info(info);
     check(d.init(0), "cuInit");
     CUdevice dev;
     check(d.device_get(&dev, device), "cuDeviceGet");
@@ -248,29 +248,20 @@ class Kernel {
                                  info_.smem_bytes),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
-    // A persistent kernel (sm90 family, exported by the kernel itself) walks the work tiles
-    // from a grid of as many CTAs as the device holds at once.
-    int flag = 0;
-    if (read_int_symbol(kPersistentSymbol, flag)) {
-      if (flag != 0) {
-        int per_sm = 0;
-        int sm_count = 0;
-        check(d.occupancy_max_blocks(&per_sm, function_, info_.threads, info_.smem_bytes),
-              "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-        check(d.device_get_attribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-              "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
-        if (per_sm < 1) {
-          throw std::runtime_error(path_ + ": no CTA of this kernel fits on an SM");
-        }
-        resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
+    check_tma_boxes();
+    // A persistent kernel walks the work tiles from a grid of as many CTAs as the device holds
+    // at once.
+    if (info_.persistent != 0) {
+      int per_sm = 0;
+      int sm_count = 0;
+      check(d.occupancy_max_blocks(&per_sm, function_, info_.threads, info_.smem_bytes),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      check(d.device_get_attribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+      if (per_sm < 1) {
+        throw std::runtime_error(path_ + ": no CTA of this kernel fits on an SM");
       }
-    }
-    // Rows of the TMA box an sm90 kernel stores O with (per warpgroup since kernel v3; a
-    // cubin without the symbol stores whole block_m tiles).
-    o_box_rows_ = info_.block_m;
-    read_int_symbol(kOBoxRowsSymbol, o_box_rows_);
-    if (o_box_rows_ < 1 || o_box_rows_ > info_.block_m) {
-      throw std::runtime_error(path_ + ": O box of " + std::to_string(o_box_rows_) + " rows");
+      resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
     }
   }
 
@@ -317,34 +308,33 @@ class Kernel {
     p.head_ratio = heads_q / heads_kv;
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // * log2(e)
-    cute_autotune::fwd_grid(info_, p, plan.grid);
-    if (resident_ctas_ > 0) {
-      const uint64_t tiles = uint64_t(plan.grid[0]) * plan.grid[1] * plan.grid[2];
-      plan.grid[0] = unsigned(std::min<uint64_t>(tiles, resident_ctas_));
-      plan.grid[1] = 1;
-      plan.grid[2] = 1;
-    }
+    cute_autotune::fwd_grid(info_, p, resident_ctas_, plan.grid);
     plan.function = function_;
     plan.ctx = ctx_;
     plan.info = info_;
-    plan.o_box_rows = o_box_rows_;
     return plan;
   }
 
  private:
-  // An optional int a kernel exports beside its LaunchInfo: false when the cubin lacks it.
-  bool read_int_symbol(const char* name, int& value) const {
-    const Driver& d = driver();
-    CUdeviceptr ptr;
-    size_t bytes = 0;
-    const CUresult found = d.module_get_global(&ptr, &bytes, module_, name);
-    if (found == CUDA_ERROR_NOT_FOUND) return false;
-    check(found, (std::string("cuModuleGetGlobal(") + name + ")").c_str());
-    if (bytes != sizeof(int)) {
-      throw std::runtime_error(path_ + ": " + name + " has " + std::to_string(bytes) + " bytes");
+  // A kernel that takes TMA maps must declare boxes the driver can encode (at most 256 per
+  // dimension) and a swizzle span its box fits in.
+  void check_tma_boxes() const {
+    if (info_.tma_box_cols == 0) return;
+    const int rows[4] = {info_.tma_box_rows_q, info_.tma_box_rows_k, info_.tma_box_rows_v,
+                         info_.tma_box_rows_o};
+    const int swizzle = info_.tma_swizzle_bytes;
+    bool ok = info_.tma_box_cols > 0 && info_.tma_box_cols <= 256 &&
+              info_.head_dim % info_.tma_box_cols == 0 &&
+              (swizzle == 0 || ((swizzle == 32 || swizzle == 64 || swizzle == 128) &&
+                                info_.tma_box_cols * 2 <= swizzle));
+    for (int r : rows) ok = ok && r >= 1 && r <= 256;
+    if (!ok) {
+      throw std::runtime_error(path_ + ": LaunchInfo declares TMA boxes of " +
+                               std::to_string(info_.tma_box_cols) + " columns, rows " +
+                               std::to_string(rows[0]) + "/" + std::to_string(rows[1]) + "/" +
+                               std::to_string(rows[2]) + "/" + std::to_string(rows[3]) +
+                               ", swizzle " + std::to_string(info_.tma_swizzle_bytes) + " bytes");
     }
-    check(d.memcpy_dtoh(&value, ptr, sizeof(int)), "cuMemcpyDtoH(kernel symbol)");
-    return true;
   }
 
   // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
@@ -371,9 +361,6 @@ class Kernel {
   CUfunction function_ = nullptr;
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
-  int o_box_rows_ = 0;
-  static constexpr const char* kPersistentSymbol = "cute_autotune_sm90_persistent";
-  static constexpr const char* kOBoxRowsSymbol = "cute_autotune_sm90_o_box_rows";
 };
 
 }  // namespace

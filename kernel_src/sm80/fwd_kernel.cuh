@@ -4,13 +4,17 @@
 //
 // Contract (see fwd_params.h): any Lq, Lk >= 1 (tails by predicated loads with zero fill and
 // guarded stores), strided rows/heads/batches, GQA/MQA through head_ratio, optional LSE.
-// Causal masking is aligned bottom-right: query row i sees key j iff j <= i + Lk - Lq (as
-// FlashAttention and torch.nn.attention.bias.causal_lower_right). A row that sees no key
-// (possible only when causal and Lq > Lk) gets O = 0 and LSE = -inf.
+// Masking, the online softmax, the normalise/LSE epilogue and the work-tile arithmetic are the
+// collectives of common/, shared with the other families.
 #pragma once
 
 #include <cute/tensor.hpp>
 
+#include "../common/epilogue.h"
+#include "../common/launch_info.h"
+#include "../common/mask.h"
+#include "../common/softmax.h"
+#include "../common/tile_scheduler.h"
 #include "../fwd_params.h"
 #include "traits.cuh"
 #include "utils.cuh"
@@ -30,41 +34,28 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
   constexpr bool kQInRegs = Traits::kQInRegs;
 
   const int tid = threadIdx.x;
-  // Causal tiles further down the sequence see more keys: hand them out first so the short
-  // ones fill the tail of the wave.
-  const int m_block = kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int kv_head = head / p.head_ratio;
-  const int m0 = m_block * kBlockM;
-  const int q_rows = min(kBlockM, p.seqlen_q - m0);
-
-  // Keys [0, key_end) are visible to at least one row of this tile. Columns at or beyond
-  // mask_from are invisible to at least one row, so only tiles reaching past it are masked.
-  const int diagonal = p.seqlen_k - p.seqlen_q;  // row i sees keys j <= i + diagonal
-  const int key_end = kCausal ? min(p.seqlen_k, m0 + q_rows + diagonal) : p.seqlen_k;
-  const int mask_from = kCausal ? min(p.seqlen_k, m0 + 1 + diagonal) : p.seqlen_k;
-  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  const WorkTile w = TileScheduler<kBlockM, kBlockN, kCausal, false>(p).tile(p, 0);
+  const int n_tiles = w.n_tiles;
 
   Tensor mQ = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.q) + batch * p.q_batch_stride +
-                    head * p.q_head_stride),
+      make_gmem_ptr(static_cast<Element const*>(p.q) + w.batch * p.q_batch_stride +
+                    w.head * p.q_head_stride),
       make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.q_row_stride, _1{}));
   Tensor mK = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.k) + batch * p.k_batch_stride +
-                    kv_head * p.k_head_stride),
+      make_gmem_ptr(static_cast<Element const*>(p.k) + w.batch * p.k_batch_stride +
+                    w.kv_head * p.k_head_stride),
       make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.k_row_stride, _1{}));
   Tensor mV = make_tensor(
-      make_gmem_ptr(static_cast<Element const*>(p.v) + batch * p.v_batch_stride +
-                    kv_head * p.v_head_stride),
+      make_gmem_ptr(static_cast<Element const*>(p.v) + w.batch * p.v_batch_stride +
+                    w.kv_head * p.v_head_stride),
       make_shape(p.seqlen_k, Int<kHeadDim>{}), make_stride(p.v_row_stride, _1{}));
   Tensor mO = make_tensor(
-      make_gmem_ptr(static_cast<Element*>(p.o) + batch * p.o_batch_stride +
-                    head * p.o_head_stride),
+      make_gmem_ptr(static_cast<Element*>(p.o) + w.batch * p.o_batch_stride +
+                    w.head * p.o_head_stride),
       make_shape(p.seqlen_q, Int<kHeadDim>{}), make_stride(p.o_row_stride, _1{}));
 
-  Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));  // (BM,D)
-  Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));  // (BM,D)
+  Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.m_block, 0));  // (BM,D)
+  Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.m_block, 0));  // (BM,D)
   Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (BN,D,n)
   Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (BN,D,n)
 
@@ -109,13 +100,10 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
   auto s2r_thr_copy_v = s2r_copy_v.get_thread_slice(tid);
   Tensor tXsVt = s2r_thr_copy_v.partition_S(sVt);  // (CPY,CPY_D,CPY_N,SLOT)
 
-  // Online softmax state: per row this thread touches, the running max of the raw scores and
-  // the (thread-partial) running sum of exp2((s - max) * scale_log2).
+  // O is rescaled at once after every update, so no rescale is worth tracking.
   constexpr int kRows = decltype(size<1>(acc_o))::value * 2;
-  Tensor row_max = make_tensor<float>(Shape<Int<kRows>>{});
-  Tensor row_sum = make_tensor<float>(Shape<Int<kRows>>{});
-  fill(row_max, -INFINITY);
-  fill(row_sum, 0.f);
+  OnlineSoftmax<kRows, kCausal, false> softmax;
+  softmax.reset();
 
   auto load_kv = [&](int n_block, int slot) {
     const int valid = p.seqlen_k - n_block * kBlockN;
@@ -140,46 +128,14 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
             [&](auto k) {
               if constexpr (!kQInRegs) { cute::copy(s2r_copy_q, tXsQ(_, _, k), tXrQ(_, _, k)); }
             });
-    if ((n_block + 1) * kBlockN > mask_from) {
-      Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        const int row = m0 + get<0>(tScS(i));
-        const int col = n_block * kBlockN + get<1>(tScS(i));
-        const int limit = kCausal ? min(p.seqlen_k, row + 1 + diagonal) : p.seqlen_k;
-        if (col >= limit) { acc_s(i) = -INFINITY; }
-      }
-    }
+    apply_mask<kBlockM, kBlockN, kCausal>(acc_s, thr_mma, p, w.m0, w.mask_from, n_block);
     return acc_s;
   };
 
-  // Fold one tile of scores into the running softmax: rescale O and the running sum by
-  // exp2((old_max - new_max) * scale_log2), then turn the scores into exp2 weights in place.
+  // Fold one tile of scores into the running softmax and rescale O by the moved maxima.
   auto online_softmax = [&](auto& acc_s) {
-    Tensor s = make_tensor(acc_s.data(), accum_rowcol(acc_s.layout()));  // (rows, BN cols)
-    Tensor o = make_tensor(acc_o.data(), accum_rowcol(acc_o.layout()));  // (rows, D cols)
-    Tensor prev_max = make_fragment_like(row_max);
-    cute::copy(row_max, prev_max);
-    quad_row_max(s, row_max);
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) {
-      // A row that has seen only masked keys keeps max = -inf; subtract 0 instead so that its
-      // weights are exp2(-inf) = 0 rather than NaN. Without causal every tile gives every row
-      // at least one visible key.
-      const float max_now = (kCausal && row_max(mi) == -INFINITY) ? 0.f : row_max(mi);
-      const float max_scaled = max_now * p.scale_log2;
-      const float rescale = exp2f(prev_max(mi) * p.scale_log2 - max_scaled);
-      row_sum(mi) *= rescale;
-      CUTE_UNROLL
-      for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= rescale; }
-      float sum = 0.f;
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s); ++ni) {
-        s(mi, ni) = exp2f(s(mi, ni) * p.scale_log2 - max_scaled);
-        sum += s(mi, ni);
-      }
-      row_sum(mi) += sum;
-    }
+    softmax.update(acc_s, p.scale_log2);
+    softmax.rescale_o(acc_o);
   };
 
   // O += P V with P converted in place from the score accumulator (no shared-memory round trip).
@@ -192,7 +148,7 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
 
   // Key tiles run from the last to the first: the only tiles that need masking (sequence end,
   // diagonal) come first, and the loop counter doubles as the tile index.
-  copy_rows<true>(copy_qkv, tQgQ, tQsQ, tQcQ, q_rows);
+  copy_rows<true>(copy_qkv, tQgQ, tQsQ, tQcQ, w.q_rows);
   if constexpr (kStages == 1) {
     // Single buffer: V(n) loads during Q K(n); K(n-1) loads during softmax and P V(n).
     if (n_tiles > 0) { load_k(n_tiles - 1, 0); }
@@ -247,20 +203,7 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
 
   // Epilogue: normalise, LSE, then O through shared memory so that global stores are 16-byte
   // row chunks instead of the MMA's scattered 4-byte pairs.
-  quad_allreduce_sum(row_sum);
-  Tensor lse = make_tensor<float>(Shape<Int<kRows>>{});
-  {
-    Tensor o = make_tensor(acc_o.data(), accum_rowcol(acc_o.layout()));
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) {
-      const float sum = row_sum(mi);
-      // sum == 0 only for a row that sees no key: O stays 0 and LSE is -inf.
-      const float inv_sum = sum == 0.f ? 1.f : 1.f / sum;
-      lse(mi) = sum == 0.f ? -INFINITY : row_max(mi) * p.scale + __logf(sum);
-      CUTE_UNROLL
-      for (int di = 0; di < size<1>(o); ++di) { o(mi, di) *= inv_sum; }
-    }
-  }
+  const auto lse = softmax.normalize(acc_o, p.scale);
   Tensor rO = convert_fragment<Element>(acc_o);
   auto r2s_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, mma);
   auto r2s_thr_copy_o = r2s_copy_o.get_thread_slice(tid);
@@ -269,20 +212,9 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
   __syncthreads();  // sO aliases sQ: every warp must be done with its last Q K^T
   cute::copy(r2s_copy_o, tXrO, tXsO);
 
+  write_lse<kBlockM, kHeadDim>(p, w, thr_mma, lse);
+
   Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  if (p.lse != nullptr) {
-    Tensor tCcO = thr_mma.partition_C(cO);
-    Tensor tCcO_rowcol = make_tensor(tCcO.data(), accum_rowcol(tCcO.layout()));
-    float* lse_rows = p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q + m0;
-    // The four lanes of a quad hold the same row statistics; the one holding column 0 writes.
-    if (get<1>(tCcO_rowcol(0, 0)) == 0) {
-      CUTE_UNROLL
-      for (int mi = 0; mi < kRows; ++mi) {
-        const int row = get<0>(tCcO_rowcol(mi, 0));
-        if (row < q_rows) { lse_rows[row] = lse(mi); }
-      }
-    }
-  }
 
   typename Traits::GmemTiledCopyO copy_o;
   auto thr_copy_o = copy_o.get_thread_slice(tid);
@@ -292,17 +224,11 @@ __forceinline__ __device__ void fwd_tile(FwdParams const& p, char* smem) {
   Tensor tOrO = make_tensor<Element>(shape(tOgO));
   __syncthreads();  // sO complete
   cute::copy(copy_o, tOsO, tOrO);
-  copy_rows<false>(copy_o, tOrO, tOgO, tOcO, q_rows);
+  copy_rows<false>(copy_o, tOrO, tOgO, tOcO, w.q_rows);
 }
 
 }  // namespace cute_autotune::sm80
 
 // The one __global__ entry per generated translation unit, with its LaunchInfo beside it.
-#define CUTE_AUTOTUNE_SM80_ENTRY(TRAITS)                                                       \
-  extern "C" __constant__ cute_autotune::LaunchInfo cute_autotune_fwd_info =                  \
-      TRAITS::launch_info();                                                                   \
-  extern "C" __global__ void __launch_bounds__(TRAITS::kNThreads, 1)                           \
-      cute_autotune_fwd(const __grid_constant__ cute_autotune::FwdParams params) {             \
-    extern __shared__ __align__(128) char smem[];                                              \
-    cute_autotune::sm80::fwd_tile<TRAITS>(params, smem);                                       \
-  }
+#define CUTE_AUTOTUNE_SM80_ENTRY(TRAITS) \
+  CUTE_AUTOTUNE_ENTRY(TRAITS, cute_autotune::FwdParams, 128, cute_autotune::sm80::fwd_tile<TRAITS>)

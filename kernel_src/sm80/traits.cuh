@@ -8,7 +8,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "../fwd_params.h"
+#include "../common/launch_info.h"
 
 namespace cute_autotune::sm80 {
 
@@ -119,15 +119,9 @@ struct FwdTraits {
       Layout<Shape<_1, Int<kGmemElemsPerLoad>>>{}));
 
   static constexpr LaunchInfo launch_info() {
-    return LaunchInfo{kAbiVersion,
-                      80,
-                      kHeadDim,
-                      std::is_same_v<Element, cutlass::half_t> ? kDTypeFloat16 : kDTypeBFloat16,
-                      kCausal ? 1 : 0,
-                      kBlockM,
-                      kBlockN,
-                      kNThreads,
-                      kSmemBytes};
+    return base_launch_info(
+        80, kHeadDim, std::is_same_v<Element, cutlass::half_t> ? kDTypeFloat16 : kDTypeBFloat16,
+        kCausal, kBlockM, kBlockN, kNThreads, kSmemBytes);
   }
 };
 

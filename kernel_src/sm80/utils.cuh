@@ -1,5 +1,6 @@
-// Small device helpers of the sm80 family: predicated tile copies, the two register-layout
-// views of an MMA accumulator, type conversion, and the two GEMM loops.
+// Small device helpers of the sm80 family: predicated tile copies, the accumulator of S seen as
+// the A operand of P V, type conversion, and the GEMM loop (the views and collectives that the
+// families share are in common/).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,16 +33,6 @@ __forceinline__ __device__ void copy_rows(TiledCopy const& tiled_copy, SrcTensor
       cute::clear(dst(_, m, _));
     }
   }
-}
-
-// (MMA=4, MMA_M, MMA_N) accumulator -> (rows=(2, MMA_M), cols=(2, MMA_N)): the 4 values a lane
-// holds per m16n8 tile are 2 rows (8 apart) x 2 adjacent columns.
-template <typename Layout>
-__forceinline__ __device__ auto accum_rowcol(Layout acc_layout) {
-  static_assert(decltype(size<0>(acc_layout))::value == 4);
-  static_assert(decltype(rank(acc_layout))::value == 3);
-  auto l = logical_divide(acc_layout, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
 }
 
 // (MMA=4, MMA_M, MMA_N) accumulator of S -> ((4, 2), MMA_M, MMA_N / 2) A operand of P V. For
@@ -91,32 +82,6 @@ __forceinline__ __device__ void gemm_rs(Acc& acc, FragA const& tCrA, FragB& tCrB
       cute::copy(s2r_copy_b, tXsB(_, _, k + 1), tXrB(_, _, k + 1));
     }
     cute::gemm(mma, tCrA(_, _, k), tCrB(_, _, k), acc);
-  }
-}
-
-// Row max / row sum over a (rows, cols) register view, then across the 4 lanes of a quad that
-// share each row.
-template <typename Tensor0, typename Tensor1>
-__forceinline__ __device__ void quad_row_max(Tensor0 const& rowcol, Tensor1& row_max) {
-  CUTE_UNROLL
-  for (int mi = 0; mi < size<0>(rowcol); ++mi) {
-    float m = row_max(mi);
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(rowcol); ++ni) { m = fmaxf(m, rowcol(mi, ni)); }
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    row_max(mi) = m;
-  }
-}
-
-template <typename Tensor1>
-__forceinline__ __device__ void quad_allreduce_sum(Tensor1& row_sum) {
-  CUTE_UNROLL
-  for (int mi = 0; mi < size(row_sum); ++mi) {
-    float s = row_sum(mi);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    row_sum(mi) = s;
   }
 }
 

@@ -7,7 +7,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "../fwd_params.h"
+#include "../common/launch_info.h"
 
 namespace cute_autotune::sm90 {
 
@@ -51,6 +51,7 @@ struct FwdTraits {
   // One TMA box spans one swizzle atom of columns: 128 bytes (64 16-bit values), or 64 bytes
   // for head_dim 32. A tile of head_dim columns is head_dim / kTmaBoxCols boxes.
   static constexpr int kTmaBoxCols = kHeadDim % 64 == 0 ? 64 : 32;
+  static constexpr int kTmaBoxes = kHeadDim / kTmaBoxCols;
   using SmemAtomK = std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
                                        GMMA::Layout_K_SW64_Atom<Element>>;
   using SmemAtomVt = std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_MN_SW128_Atom<Element>,
@@ -113,16 +114,20 @@ struct FwdTraits {
   static_assert(kProducerRegs % 8 == 0 && kProducerRegs >= 24 && kProducerRegs <= 56,
                 "producer_regs must be a multiple of 8 between 24 and 56");
 
+  // The launcher encodes one TMA map per operand with these boxes (kTmaBoxCols columns, the
+  // 128- or 64-byte swizzle span of SmemAtomK, by the rows of the tile a copy moves).
   static constexpr LaunchInfo launch_info() {
-    return LaunchInfo{kAbiVersion,
-                      90,
-                      kHeadDim,
-                      std::is_same_v<Element, cutlass::half_t> ? kDTypeFloat16 : kDTypeBFloat16,
-                      kCausal ? 1 : 0,
-                      kBlockM,
-                      kBlockN,
-                      kNThreads,
-                      kSmemBytes};
+    LaunchInfo info = base_launch_info(
+        90, kHeadDim, std::is_same_v<Element, cutlass::half_t> ? kDTypeFloat16 : kDTypeBFloat16,
+        kCausal, kBlockM, kBlockN, kNThreads, kSmemBytes);
+    info.persistent = kPersistent ? 1 : 0;
+    info.tma_box_cols = kTmaBoxCols;
+    info.tma_swizzle_bytes = kTmaBoxCols * int(sizeof(Element));
+    info.tma_box_rows_q = kBlockM;
+    info.tma_box_rows_k = kBlockN;
+    info.tma_box_rows_v = kBlockN;
+    info.tma_box_rows_o = kStoreRowsO;
+    return info;
   }
 };
 
