@@ -17,7 +17,7 @@ from autotune.backends import ReplayBackend
 from autotune.search import SearchSettings, tune_problem
 from autotune.store.repo import TuningStore
 
-RECORDING = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = Path(__file__).resolve().parents[2] / "tests" / "data" / "sweep_sm80_h200.json"
 
 
 def die() -> None:
