@@ -1,7 +1,7 @@
 """How many trials each sampler needs to come within 2% of the exhaustive best, measured on the
 recorded sweeps (benchmarks/sweep.py) through the real tuning loop on the replay backend.
 
-    python benchmarks/search_efficiency.py --recording benchmarks/results/sweep_sm80_h200.json \
+    python benchmarks/search_efficiency.py --recording tests/data/sweep_sm80_h200.json \
         --json benchmarks/results/search_efficiency.json
 """
 

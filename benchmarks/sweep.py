@@ -4,8 +4,8 @@ The recorded measurements are what the replay backend serves in CI (issue 3) and
 search-efficiency study runs on. Every timed config's output is first compared with SDPA's on
 the same inputs; its relative error is stored with its time.
 
-    python benchmarks/sweep.py --json benchmarks/results/sweep_sm80_h200.json
-    python benchmarks/sweep.py --family sm90 --json benchmarks/results/sweep_sm90_h200.json
+    python benchmarks/sweep.py --json tests/data/sweep_sm80_h200.json
+    python benchmarks/sweep.py --family sm90 --json tests/data/sweep_sm90_h200.json
 
 One recording per family; `cute-autotune tune --replay A --replay B` serves several.
 """

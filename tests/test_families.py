@@ -29,7 +29,7 @@ def kernel_settings(**values: object) -> SearchSettings:
     return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
 
 REPO = Path(__file__).resolve().parent.parent
-SM80_RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+SM80_RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 H200 = target_for_arch(90)
 RECORDED_SM90 = 6  # configs of the synthetic sm90 recording
 

@@ -24,7 +24,7 @@ from autotune.store.repo import TuningStore
 from autotune.store.schema import StoreError
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 OTHER_DRIVER = DeviceInfo("NVIDIA H200", 90, 132, "590.1", "13.1")

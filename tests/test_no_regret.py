@@ -28,7 +28,7 @@ from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, _Reranked, choose_winner, tune_problem
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
 

@@ -45,7 +45,7 @@ from autotune.tune.search import SearchSettings, tune_problem
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED_DB = Path(__file__).parent / "data" / "h200_noregret.db"  # issue 13, a real H200
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 SETTINGS = SearchSettings(trials=8, seed=0)
 
 

@@ -29,7 +29,7 @@ def kernel_settings(**values: object) -> SearchSettings:
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDING = Path(os.environ.get("CUTE_AUTOTUNE_TEST_RECORDING",
-                                REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"))
+                                REPO / "tests" / "data" / "sweep_sm80_h200.json"))
 
 
 @pytest.fixture(scope="module")

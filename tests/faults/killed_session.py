@@ -17,7 +17,7 @@ from autotune.store.repo import TuningStore
 from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, tune_problem
 
-RECORDING = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = Path(__file__).resolve().parents[2] / "tests" / "data" / "sweep_sm80_h200.json"
 
 
 def die() -> None:

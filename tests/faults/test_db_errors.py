@@ -22,7 +22,7 @@ from autotune.store.repo import TuningStore
 from .conftest import H200_DEVICE, export_doc, export_entry, read_only
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], rc: int) -> str:

@@ -22,7 +22,7 @@ from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, study_name, tune_problem
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 TRIALS = 12
 EVALUATED = ("ok", "failed_validation", "crashed", "timeout", "compile_error", "error")
 

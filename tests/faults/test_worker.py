@@ -28,7 +28,7 @@ from autotune.tune.search import SearchSettings, study_name, tune_problem
 from .conftest import sm80_config
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDING = REPO / "benchmarks" / "results" / "sweep_sm80_h200.json"
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 TASKS = ("tests.faults.worker_tasks",)
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 
