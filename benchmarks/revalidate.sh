@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Re-validation of a kernel change on the GPU host (a structural change between kernel versions:
+# the whole space waits for the next version). Run from the repository root by the device tool,
+# wheels in .whl/, cubins prebuilt on this machine packed in .c90pack/*.tgz (optional). The
+# kernel cache lives in .cubins/ on the host, so calls made while the host is still warm reuse it.
+#
+#   bash benchmarks/revalidate.sh sample sm90 [sm80]  # a seeded sample of FRACTION (0.25) of each
+#                                      # family's valid configs covering every parameter value:
+#                                      # compiled on all cores, validated (cute-autotune check)
+#   bash benchmarks/revalidate.sh prebuild sm80        # compile only (background use)
+#   bash benchmarks/revalidate.sh versions             # llm-prefill, old and new builds of the
+#                                      # same configs side by side (benchmarks/kernel_versions.py;
+#                                      # the old tree in .oldtree/)
+#   bash benchmarks/revalidate.sh sanitize             # racecheck + synccheck on the structural
+#                                      # variants (benchmarks/configs/structural_variants.json)
+# Several stages in one call: bash benchmarks/revalidate.sh "sample sm80" versions sanitize
+set -uo pipefail
+if [ ! -d /tmp/site ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=${CUTE_AUTOTUNE_CACHE:-$PWD/.cubins}
+OUT=${OUT:-/tmp/out}; R=$OUT/revalidate; mkdir -p "$R"
+FRACTION=${FRACTION:-0.25}; SEED=${SEED:-14}
+mkdir -p "$CUTE_AUTOTUNE_CACHE"
+for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C "$CUTE_AUTOTUNE_CACHE"; done
+
+sample_file() {  # the seeded covering sample of one family, as a config list
+  python3 -c "import json
+from autotune.model.sampling import covering_sample
+from autotune.model.space import load_space
+from autotune.model.target import target_for_arch
+space = load_space('$1'); configs = space.valid_configs(target_for_arch('sm_90'))
+sample = covering_sample(configs, $FRACTION, seed=$SEED)
+json.dump([c.as_dict() for c in sample], open('/tmp/sample_$1.json', 'w'))
+print('$1:', len(sample), 'of', len(configs), 'valid configs')"
+}
+
+for stage in "$@"; do
+  set -- $stage
+  case "$1" in
+  prebuild)
+    sample_file "$2"
+    python3 -m autotune.cli compile --config @/tmp/sample_$2.json --arch sm_90 --quiet \
+      ${JOBS:+--jobs $JOBS} > "$R/compile_$2.txt" 2>&1; tail -n 2 "$R/compile_$2.txt" ;;
+  sample)
+    shift
+    for family in "$@"; do
+      sample_file "$family"
+      t0=$(date +%s)
+      python3 -m autotune.cli check --config @/tmp/sample_$family.json --seed "$SEED" \
+        --json "$R/check_sample_$family.json" --quiet > "$R/check_sample_$family.txt" 2>&1
+      echo "rc=$? in $(( $(date +%s) - t0 )) s" >> "$R/check_sample_$family.txt"
+      tail -n 4 "$R/check_sample_$family.txt"
+    done ;;
+  versions)
+    python3 benchmarks/kernel_versions.py --old .oldtree --shapes llm-prefill \
+      --json "$R/kernel_versions_llm_prefill.json" 2>&1 | tee "$R/kernel_versions_llm_prefill.txt" \
+      | tail -n 12 ;;
+  sanitize)
+    python3 -m autotune.cli compile --config @benchmarks/configs/structural_variants.json \
+      --arch sm_90 --quiet > /dev/null 2>&1
+    python3 -c "import json
+for c in json.load(open('benchmarks/configs/structural_variants.json')):
+    print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
+    # Four sanitizer processes at a time on the one GPU: each is mostly host-bound.
+    run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
+      { echo "== $tool $cfg"; timeout 150 compute-sanitizer --tool "$tool" python3 \
+          benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
+    export -f run_one
+    n=$(wc -l < /tmp/variants.txt)
+    for i in $(seq 1 "$n"); do echo "racecheck $i"; echo "synccheck $i"; done \
+      | xargs -P 4 -L 1 bash -c 'run_one "$0" "$1"'
+    cat /tmp/san_*.txt > "$R/sanitizers_h200.txt"
+    grep -cE "RACECHECK SUMMARY: 0 hazards|ERROR SUMMARY: 0 errors" "$R/sanitizers_h200.txt"
+    grep -E "SUMMARY" "$R/sanitizers_h200.txt" | sort | uniq -c ;;
+  esac
+done
+tar czf "$OUT/revalidate.tgz" -C "$OUT" revalidate
