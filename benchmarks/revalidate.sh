@@ -42,6 +42,29 @@ for stage in "$@"; do
     sample_file "$2"
     python3 -m autotune.cli compile --config @/tmp/sample_$2.json --arch sm_90 --quiet \
       ${JOBS:+--jobs $JOBS} > "$R/compile_$2.txt" 2>&1; tail -n 2 "$R/compile_$2.txt" ;;
+  pipeline)
+    # Both families' samples in chunks: chunk i+1 compiles on all cores while chunk i is
+    # validated (three check processes share the GPU; validation is host-bound). Stops starting
+    # chunks after UNTIL seconds; chunks listed in SKIP (e.g. SKIP="000 001") were checked by an earlier call.
+    shift; t0=$(date +%s)
+    for family in "$@"; do sample_file "$family"; done
+    python3 -c "import json, sys
+configs = [c for f in sys.argv[1:] for c in json.load(open(f'/tmp/sample_{f}.json'))]
+for i in range(0, len(configs), ${CHUNK:-60}):
+    json.dump(configs[i:i + ${CHUNK:-60}], open(f'/tmp/chunk_{i // ${CHUNK:-60}:03d}.json', 'w'))
+print(len(configs), 'configs')" "$@"
+    for chunk in /tmp/chunk_*.json; do
+      name=$(basename "$chunk" .json)
+      case " ${SKIP:-} " in *" ${name#chunk_} "*) continue ;; esac
+      [ $(( $(date +%s) - t0 )) -gt "${UNTIL:-480}" ] && { echo "stopped before $name"; break; }
+      python3 -m autotune.cli compile --config @"$chunk" --arch sm_90 --quiet > /dev/null 2>&1
+      while [ "$(jobs -rp | wc -l)" -ge 3 ]; do sleep 1; done
+      ( python3 -m autotune.cli check --config @"$chunk" --seed "$SEED" --json "$R/check_$name.json" \
+          --quiet > "$R/check_$name.txt" 2>&1; echo "rc=$?" >> "$R/check_$name.txt" ) &
+      echo "$name compiled at $(( $(date +%s) - t0 )) s"
+    done
+    wait
+    grep -h "valid," "$R"/check_chunk_*.txt | tail -n 40 ;;
   sample)
     shift
     for family in "$@"; do
