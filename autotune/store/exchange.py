@@ -19,6 +19,7 @@ from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
 from ..model.problem import MAX_SIZE, Problem
 from ..model.space import load_space, validate_config
+from ..model.status import Status
 from ..model.target import MAX_CC, MIN_CC, target_for_capability, tensor_peak_flops
 from .models import BestConfig, Device
 from .records import DeviceInfo, TrialResult
@@ -144,7 +145,7 @@ def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEn
         regime=_optional_text(entry, "regime", _length(BestConfig.regime)),
         torch_version=_optional_text(entry, "torch_version", _length(BestConfig.torch_version)),
         cudnn_version=_optional_text(entry, "cudnn_version", _length(BestConfig.cudnn_version)))
-    result = TrialResult(config, "ok", median_us=median,
+    result = TrialResult(config, Status.OK, median_us=median,
                          p20_us=_median(entry, "p20_us", problem, device, optional=True),
                          p80_us=_median(entry, "p80_us", problem, device, optional=True),
                          env=env if any(env.as_dict().values()) else None)
