@@ -65,3 +65,62 @@ def test_check_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None
         pytest.skip("a GPU is visible")
     assert main(["check", "--head-dim", "64", "--limit", "1"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+class FakeWorker:
+    """The GPU worker of `check` on a machine without a GPU: the validator passes the first
+    config, fails the second, and the worker hangs on the third."""
+
+    replies: list[object] = []
+    restarts = 0
+
+    def __init__(self, device: int) -> None:
+        pass
+
+    def __enter__(self) -> FakeWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def request(self, request: object, timeout: float = 120.0) -> object:
+        return FakeWorker.replies.pop(0)
+
+
+def test_check_reports_each_outcome_in_the_status_vocabulary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    from autotune.build.compiler import BuildResult
+    from autotune.cli import main as cli_main
+    from autotune.measure import worker
+    from autotune.measure.validate import CaseResult, ValidationReport
+    from autotune.model.config import Config
+    from autotune.model.status import Status
+
+    configs = [Config.from_dict(config_dict(block_n=n)) for n in (32, 64, 128)]
+    builds = [BuildResult(c, "sm_90", Status.OK, key=f"k{i}") for i, c in enumerate(configs)]
+    builds.append(BuildResult(Config.from_dict(config_dict(kv_stages=3)), "sm_90",
+                              Status.COMPILE_ERROR, message="ptxas: too many resources"))
+    FakeWorker.replies = [
+        ValidationReport(True, 1, (CaseResult("aligned", "p", True, rel_err=2e-4),)),
+        ValidationReport(False, 2, (CaseResult("aligned", "p", False, "a race", 1e-2),)),
+        worker.WorkerFailure(Status.TIMEOUT, "no answer within 9 s (hang?)")]
+    monkeypatch.setattr(cli_main, "gpu_available", lambda: True)
+    monkeypatch.setattr(cli_main, "_compile", lambda configs, target, args: (builds, 1.0))
+    monkeypatch.setattr(worker, "GpuWorker", FakeWorker)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    out = tmp_path / "check.json"
+    args = ["check", "--arch", "sm_90", "--quiet", "--seed", "5", "--json", str(out)]
+    assert cli_main.main([*args, *(a for c in configs for a in ("--config", c.to_json()))]) == 1
+    text = capsys.readouterr().out
+    assert "4 valid, 3 compiled, 1 passed, 3 failed" in text and "2.00e-04" in text
+    data = json.loads(out.read_text())
+    assert [r["validation"]["status"] for r in data["results"]] == [
+        "passed", "failed", "timeout", "not_run"]
+    assert data["results"][0]["validation"]["report"]["seed"] == 1
+    assert data["results"][3]["validation"]["reason"] == (
+        "compile_error: ptxas: too many resources")
+    assert [(f["stage"], f["status"]) for f in data["failures"]] == [
+        ("validate", "failed"), ("validate", "timeout"), ("compile", "not_run")]

@@ -21,14 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .._paths import cache_dir, kernel_src_dir
-from ..model.config import Config
-from ..model.space import load_space
+from ..model.config import Config, InvalidConfig
+from ..model.space import ValidConfig, load_space
+from ..model.status import Status
 from ..model.target import Target, default_target
 from .cache import RECORD, ArtifactCache, CacheEntry, artifact_key
 from .codegen import render
@@ -50,12 +51,10 @@ DEFAULT_TIMEOUT_S = 900.0
 # attempt compiles them one at a time, so one config that takes its worker down cannot take
 # the others with it.
 POOL_ATTEMPTS = 3
+# Old names of two statuses, only until the committed tune/search.py stops importing them.
+INVALID = Status.INVALID
+INFRASTRUCTURE = Status.INFRASTRUCTURE
 
-OK = "ok"
-INVALID = "invalid"
-COMPILE_ERROR = "compile_error"
-TIMEOUT = "timeout"
-INFRASTRUCTURE = "infrastructure"
 # Build keys of torch SDPA configs, which have nothing to build: the versions their speed
 # depends on (torch, cuDNN) are stored with each of their timings instead.
 TORCH_KEY_PREFIX = "torch-"
@@ -67,7 +66,7 @@ log = logging.getLogger(__name__)
 class BuildResult:
     config: Config
     arch: str
-    status: str
+    status: Status
     key: str | None = None
     cubin: Path | None = None
     ptxas: PtxasReport | None = None
@@ -77,9 +76,13 @@ class BuildResult:
     message: str = ""
     record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # A build made elsewhere (a recording, a test) may name its status by the stored string.
+        object.__setattr__(self, "status", Status(self.status))
+
     @property
     def ok(self) -> bool:
-        return self.status == OK
+        return self.status is Status.OK
 
     @property
     def name(self) -> str:
@@ -116,7 +119,7 @@ def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEnt
     return BuildResult(
         config=config,
         arch=target.arch,
-        status=OK,
+        status=Status.OK,
         key=key,
         cubin=entry.cubin,
         ptxas=PtxasReport(**rec["ptxas"]),
@@ -151,27 +154,44 @@ def build_key(config: Config, target: Target) -> str:
                         NVCC_FLAGS)
 
 
+def _fit(config: Config, target: Target) -> tuple[ValidConfig | None, list[str]]:
+    """`config` as its space's ValidConfig (checked here unless it is one already), and why it
+    cannot run on `target` (empty when it can). An unknown family raises InvalidConfig."""
+    space = load_space(config.family)
+    try:
+        valid = space.validate(config)
+    except InvalidConfig as exc:
+        return None, exc.reasons
+    return valid, space.violations(valid, target)
+
+
+def _lookup(config: ValidConfig, target: Target, cache: ArtifactCache) -> BuildResult | None:
+    """The cached build of a config that fits `target`, or None."""
+    if not config.space.compiled:
+        return _nothing_to_build(config, target)
+    return _cached(config, target, build_key(config, target), cache)
+
+
 def lookup(config: Config, target: Target,
            cache: ArtifactCache | None = None) -> BuildResult | None:
     """The cached build of a valid config, or None. Runs no subprocess."""
-    space = load_space(config.family)
-    if space.violations(config, target):
+    valid, reasons = _fit(config, target)
+    if valid is None or reasons:
         return None
-    if not space.compiled:
-        return _nothing_to_build(config, target)
-    return _cached(config, target, build_key(config, target), cache or ArtifactCache())
+    return _lookup(valid, target, cache or ArtifactCache())
 
 
 def compile_config(config: Config, target: Target | None = None,
                    cache: ArtifactCache | None = None,
                    timeout: float = DEFAULT_TIMEOUT_S, force: bool = False) -> BuildResult:
-    """Build one config (or return its cached build)."""
+    """Build one config (or return its cached build); a plain config is validated first, a
+    ValidConfig is taken as it is (only its fit to `target` is checked)."""
     target = target or default_target()
     cache = cache or ArtifactCache()
-    space = load_space(config.family)
-    reasons = space.violations(config, target)
-    if reasons:
-        return BuildResult(config, target.arch, INVALID, message="; ".join(reasons))
+    valid, reasons = _fit(config, target)
+    if valid is None or reasons:
+        return BuildResult(config, target.arch, Status.INVALID, message="; ".join(reasons))
+    config, space = valid, valid.space
     if not space.compiled:
         return _nothing_to_build(config, target)
     tools = toolchain()
@@ -195,20 +215,22 @@ def compile_config(config: Config, target: Target | None = None,
             proc = subprocess.run(nvcc_command(tools, gencode, src, out), capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return BuildResult(config, target.arch, TIMEOUT, key=key,
+            return BuildResult(config, target.arch, Status.TIMEOUT, key=key,
                                seconds=time.perf_counter() - start,
                                message=f"nvcc did not finish in {timeout:.0f} s",
                                record=made_with)
         seconds = time.perf_counter() - start
         if proc.returncode != 0 or not out.is_file():
-            return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
-                               message=summarize_nvcc_errors(proc.stderr), record=made_with)
+            return BuildResult(config, target.arch, Status.COMPILE_ERROR, key=key,
+                               seconds=seconds, message=summarize_nvcc_errors(proc.stderr),
+                               record=made_with)
         cubin = out.read_bytes()
     try:
         report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
         info = read_launch_info(cubin)
     except (PtxasParseError, CubinError) as exc:
-        return BuildResult(config, target.arch, COMPILE_ERROR, key=key, seconds=seconds,
+        return BuildResult(config, target.arch, Status.COMPILE_ERROR, key=key,
+                           seconds=seconds,
                            message=f"nvcc succeeded but its output is unusable: {exc}",
                            record=made_with)
     record = {
@@ -231,7 +253,7 @@ def compile_config(config: Config, target: Target | None = None,
 
 def _nothing_to_build(config: Config, target: Target) -> BuildResult:
     """The "build" of a torch SDPA config: ready to run, no cubin (key=None: no build row)."""
-    return BuildResult(config, target.arch, OK, cached=True,
+    return BuildResult(config, target.arch, Status.OK, cached=True,
                        message="torch SDPA backend: nothing to compile")
 
 
@@ -269,7 +291,8 @@ def _compile_in_pools(configs: Sequence[Config], pending: list[int],
                     broken.append(i)
                     why = str(exc)
                     continue
-                results[i] = result
+                # the build of this process's config: validity does not travel through pickle
+                results[i] = result = replace(result, config=configs[i])
                 if on_result:
                     on_result(result)
         if broken and attempt < POOL_ATTEMPTS:
@@ -278,7 +301,7 @@ def _compile_in_pools(configs: Sequence[Config], pending: list[int],
         pending = sorted(broken)
     for i in pending:
         results[i] = BuildResult(
-            configs[i], target.arch, INFRASTRUCTURE,
+            configs[i], target.arch, Status.INFRASTRUCTURE,
             message=f"the compile worker process died in {POOL_ATTEMPTS} pools ({why}); this "
                     "says nothing about the config, which is compiled again next time")
         if on_result:
@@ -302,15 +325,17 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
     target = target or default_target()
     cache = cache or ArtifactCache()
     results: list[BuildResult | None] = [None] * len(configs)
+    checked: list[Config] = list(configs)  # each validated once here, a ValidConfig from then on
     pending: list[int] = []
     for i, config in enumerate(configs):
-        space = load_space(config.family)
-        reasons = space.violations(config, target)
-        if reasons:
-            results[i] = BuildResult(config, target.arch, INVALID, message="; ".join(reasons))
-        elif not force and (hit := lookup(config, target, cache)) is not None:
+        valid, reasons = _fit(config, target)
+        if valid is None or reasons:
+            results[i] = BuildResult(config, target.arch, Status.INVALID,
+                                     message="; ".join(reasons))
+        elif not force and (hit := _lookup(valid, target, cache)) is not None:
             results[i] = hit
         else:
+            checked[i] = valid
             pending.append(i)
             continue
         if on_result:
@@ -318,7 +343,7 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
 
     if pending:
         cache.ensure_writable()
-        _compile_in_pools(configs, pending, results, target, cache, jobs or default_jobs(),
+        _compile_in_pools(checked, pending, results, target, cache, jobs or default_jobs(),
                           timeout, force, on_result)
     return [r for r in results if r is not None]
 

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._jsonfile import JsonInputError, loads_json, read_json
 from ..build.cache import CacheNotWritable
-from ..build.compiler import INFRASTRUCTURE, BuildResult, compile_many, default_jobs
+from ..build.compiler import BuildResult, compile_many, default_jobs
 from ..build.toolchain import ToolchainError, toolchain
 from ..measure.environment import gpu_available
+from ..measure.validate import ValidationReport
+from ..measure.worker import WorkerFailure
 from ..model.config import Config, InvalidConfig, Value
 from ..model.space import load_space
+from ..model.status import Status
 from ..model.target import Target, default_target, target_for_arch
 from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
@@ -55,7 +60,7 @@ def _read_config_arg(arg: str) -> list[Config]:
     except JsonInputError as exc:
         raise UsageError(str(exc)) from None
     items = data if isinstance(data, list) else [data]
-    configs = []
+    configs: list[Config] = []
     for i, item in enumerate(items):
         try:
             config = Config.from_dict(item)
@@ -162,9 +167,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"\n{ok}/{len(results)} built for {target.arch} "
           f"({sum(r.cached for r in results)} from cache, {len(built)} compiled in {wall:.1f} s"
           f"{f', {per_min:.1f} configs/min' if built else ''}); "
-          f"{sum(r.status == 'invalid' for r in results)} pruned, "
-          f"{sum(r.status in ('compile_error', 'timeout') for r in results)} failed, "
-          f"{sum(r.status == INFRASTRUCTURE for r in results)} not compiled (compile "
+          f"{sum(r.status is Status.INVALID for r in results)} pruned, "
+          f"{sum(r.status in (Status.COMPILE_ERROR, Status.TIMEOUT) for r in results)} failed, "
+          f"{sum(r.status is Status.INFRASTRUCTURE for r in results)} not compiled (compile "
           "workers died); "
           f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
           f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized")
@@ -174,13 +179,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
                    "configs_per_minute": round(per_min, 2),
                    "results": [_build_json(r) for r in results]}
         Path(args.json).write_text(json.dumps(payload, indent=1))
-    return 0 if all(r.ok or r.status == "invalid" for r in results) else 1
+    return 0 if all(r.ok or r.status is Status.INVALID for r in results) else 1
 
 
 # -- check --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Validation:
+    """One config's line of `cute-autotune check`: the validator's report, or why none."""
+
+    status: Status  # PASSED, FAILED, NOT_RUN (the build failed), or how the worker failed
+    reason: str
+    report: ValidationReport | None = None
+    traceback: str = ""
+
+    @classmethod
+    def of(cls, reply: ValidationReport | WorkerFailure) -> Validation:
+        if isinstance(reply, WorkerFailure):
+            return cls(reply.status, reply.reason, traceback=reply.traceback)
+        return cls(Status.PASSED if reply.passed else Status.FAILED, reply.summary(), reply)
+
+    @property
+    def worst_rel_err(self) -> float:
+        return self.report.worst_rel_err if self.report is not None else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"status": self.status, "reason": self.reason}
+        if self.report is not None:
+            data["report"] = self.report.as_dict()
+        if self.traceback:
+            data["traceback"] = self.traceback
+        return data
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..measure.protocol import ValidateRequest
     from ..measure.worker import GpuWorker
 
     if not gpu_available():
@@ -197,43 +231,39 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     builds, wall = _compile(configs, target, args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    outcomes: list[dict[str, Any]] = []
+    outcomes: list[Validation] = []
     with GpuWorker(torch.cuda.current_device()) as worker, \
             _progress(len(builds), "validate", not args.quiet) as bar:
         for i, build in enumerate(builds):
-            if build.ok:
-                reply = worker.request("validate", {"config": build.config.to_json(),
-                                                    "target": vars(target), "seed": seed + i},
-                                       timeout=args.timeout)
+            if build.ok:  # the validation of measure.trial, in the worker
+                outcomes.append(Validation.of(worker.request(
+                    ValidateRequest(build, seed + i), timeout=args.timeout)))
             else:
-                reply = {"status": "not_run", "reason": f"{build.status}: {build.message}"}
-            outcomes.append(reply)
+                outcomes.append(Validation(Status.NOT_RUN, f"{build.status}: {build.message}"))
             bar.update(1)
     rows, failures, spilling, serialized = [], [], [], []
     for build, outcome in zip(builds, outcomes, strict=True):
         name = load_space(build.config.family).name_of(build.config)
-        report = outcome.get("report") or {}
-        errors = [c["rel_err"] for c in report.get("cases", []) if c["rel_err"] == c["rel_err"]]
-        worst = max(errors, default=float("nan"))
+        worst = outcome.worst_rel_err
         if build.ptxas and build.ptxas.spills:
             spilling.append({"name": name, "spill_stores": build.ptxas.spill_store_bytes,
                              "spill_loads": build.ptxas.spill_load_bytes,
                              "registers": build.ptxas.registers})
         if build.ptxas and build.ptxas.wgmma_serialized:
             serialized.append({"name": name, "reason": build.ptxas.wgmma_serialized})
-        if build.status != "invalid" and outcome["status"] != "passed":
+        if build.status is not Status.INVALID and outcome.status is not Status.PASSED:
             failures.append({"name": name, "config": build.config.as_dict(),
                              "stage": "compile" if not build.ok else "validate",
-                             "status": outcome["status"], "reason": outcome.get("reason", "")})
+                             "status": outcome.status, "reason": outcome.reason})
         rows.append([name, build.status, build.ptxas.registers if build.ptxas else "",
                      f"{build.ptxas.spill_store_bytes}/{build.ptxas.spill_load_bytes}"
-                     if build.ptxas else "", outcome["status"],
+                     if build.ptxas else "", outcome.status,
                      f"{worst:.2e}" if worst == worst else "",
-                     "" if outcome["status"] == "passed" else outcome.get("reason", "")[:120]])
+                     "" if outcome.status is Status.PASSED else outcome.reason[:120]])
     print(render_table(["config", "build", "regs", "spill st/ld", "validation", "worst rel",
                         "reason"], rows))
-    valid = [b for b in builds if b.status != "invalid"]
-    passed = sum(o["status"] == "passed" for o in outcomes)
+    valid = [b for b in builds if b.status is not Status.INVALID]
+    passed = sum(o.status is Status.PASSED for o in outcomes)
     gpu = torch.cuda.get_device_name()
     print(f"\n{gpu}: {len(valid)} valid, {sum(b.ok for b in builds)} compiled, {passed} passed, "
           f"{len(failures)} failed, {len(spilling)} spill, {len(serialized)} wgmma-serialized "
@@ -247,7 +277,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "spilling": spilling, "wgmma_serialized": serialized, "failures": failures,
             "compile_wall_seconds": round(wall, 2),
             "worker_restarts": worker.restarts,
-            "results": [{**_build_json(b), "validation": o}
+            "results": [{**_build_json(b), "validation": o.as_dict()}
                         for b, o in zip(builds, outcomes, strict=True)],
         }
         Path(args.json).write_text(json.dumps(payload, indent=1))

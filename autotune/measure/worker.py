@@ -2,8 +2,9 @@
 
 A candidate kernel can take its process down (illegal address, a hang, a poisoned CUDA context).
 GpuWorker keeps one spawned process per device; each request has a timeout; a crash, a timeout
-or a sticky CUDA error ends that request with a status and reason, and the next request gets a
-fresh process. The caller's process never touches the candidate's CUDA context.
+or a sticky CUDA error ends that request with a WorkerFailure (a Status and a reason), and the
+next request gets a fresh process. The caller's process never touches the candidate's CUDA
+context. Requests and replies are typed records (measure.protocol), pickled across the pipe.
 """
 
 from __future__ import annotations
@@ -12,25 +13,47 @@ import multiprocessing
 import signal
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
-TIMEOUT = "timeout"
-CRASHED = "crashed"
-ERROR = "error"
+from ..model.status import Status
+
 STARTUP_ALLOWANCE_S = 180.0
 REAP_S = 10.0  # how long a dead worker is waited for, so that its exit status is known
 
+R = TypeVar("R", covariant=True)
+Q = TypeVar("Q", bound="Request[Any]")
 
-# name -> function(payload) -> reply. Filled by the task modules a worker imports at start
-# (DEFAULT_TASK_MODULES), so that the spawned process knows them too.
-TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+class Request(Generic[R]):
+    """A piece of GPU work whose answer is an R. Each kind is a frozen dataclass deriving from
+    Request[its reply type], pickled to the worker process; its task is found by its type."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """The worker's own answer when a request did not produce its reply: it ran past its
+    time (TIMEOUT), the process died or its CUDA context broke (CRASHED), or it raised
+    (ERROR)."""
+
+    status: Status
+    reason: str
+    traceback: str = ""
+
+
+# Request type -> function(request, device) -> reply. Filled by the task modules a worker
+# imports at start (DEFAULT_TASK_MODULES), so that the spawned process knows them too.
+TASKS: dict[type[Any], Callable[[Any, int], object]] = {}
 DEFAULT_TASK_MODULES = ("autotune.measure.gpu_tasks",)
 
 
-def register_task(name: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """Make `fn` callable in workers; it must be importable there (a module-level function)."""
-    TASKS[name] = fn
+def register_task(kind: type[Q], fn: Callable[[Q, int], object]) -> None:
+    """Make `fn` answer requests of type `kind` in workers; both must be importable there
+    (module level), and `fn` returns the reply type `kind` names."""
+    TASKS[kind] = fn
 
 
 def _context_is_healthy() -> bool:
@@ -43,6 +66,18 @@ def _context_is_healthy() -> bool:
         return False
 
 
+def _answer(request: Request[Any], device: int) -> object:
+    task = TASKS.get(type(request))
+    if task is None:
+        return WorkerFailure(Status.ERROR, f"this worker has no task for {type(request).__name__}"
+                             f" (task modules: {sorted({t.__module__ for t in TASKS})})")
+    try:
+        return task(request, device)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported as data
+        return WorkerFailure(Status.ERROR, f"{type(exc).__name__}: {exc}",
+                             traceback.format_exc(limit=8))
+
+
 def _serve(conn: Connection, device: int, task_modules: tuple[str, ...]) -> None:
     import importlib
 
@@ -53,22 +88,15 @@ def _serve(conn: Connection, device: int, task_modules: tuple[str, ...]) -> None
     torch.cuda.set_device(device)
     while True:
         try:
-            task, payload = conn.recv()
+            request = conn.recv()
         except EOFError:
             return
-        try:
-            reply = TASKS[task]({**payload, "device": device})
-        except Exception as exc:  # noqa: BLE001 - every failure is reported as data
-            reply = {"status": ERROR, "reason": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc(limit=8)}
-        fatal = not _context_is_healthy()
-        if fatal:
-            reply["fatal"] = True
-            reply["status"] = CRASHED
-            reply["reason"] = "CUDA context lost: " + str(reply.get("reason", ""))
-        conn.send(reply)
-        if fatal:
+        reply = _answer(request, device)
+        if not _context_is_healthy():  # whatever the task said, this process is done for
+            said = reply.reason if isinstance(reply, WorkerFailure) else "after a reply"
+            conn.send(WorkerFailure(Status.CRASHED, f"CUDA context lost: {said}"))
             return
+        conn.send(reply)
 
 
 def death(exitcode: int | None) -> str:
@@ -118,8 +146,8 @@ class GpuWorker:
             self._conn.close()
         self._proc = self._conn = None
 
-    def request(self, task: str, payload: dict[str, Any],
-                timeout: float = 120.0) -> dict[str, Any]:
+    def request(self, request: Request[R], timeout: float = 120.0) -> R | WorkerFailure:
+        """The reply to `request`, or how the worker failed to give one."""
         startup = 0.0
         if self._proc is None or not self._proc.is_alive():
             self._stop()
@@ -127,23 +155,23 @@ class GpuWorker:
             startup = STARTUP_ALLOWANCE_S  # importing torch, building/loading the launcher
         assert self._conn is not None and self._proc is not None
         try:
-            self._conn.send((task, payload))
+            self._conn.send(request)
             answered = self._conn.poll(timeout + startup)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             answered = True  # it died before the request arrived: recv says so below
         if not answered:
             self._stop()
-            return {"status": TIMEOUT, "reason": f"no answer within {timeout:.0f} s (hang?)"}
+            return WorkerFailure(Status.TIMEOUT, f"no answer within {timeout:.0f} s (hang?)")
         try:
-            reply: dict[str, Any] = self._conn.recv()
+            reply = self._conn.recv()
         except (EOFError, ConnectionResetError, BrokenPipeError):
             self._proc.join(REAP_S)  # reaped, its exit status is known (not None)
             reason = death(self._proc.exitcode)
             self._stop()
-            return {"status": CRASHED, "reason": reason}
-        if reply.get("fatal"):
-            self._stop()
-        return reply
+            return WorkerFailure(Status.CRASHED, reason)
+        if isinstance(reply, WorkerFailure) and reply.status is Status.CRASHED:
+            self._stop()  # it has exited (a lost CUDA context): the next request starts anew
+        return cast("R | WorkerFailure", reply)
 
     def close(self) -> None:
         self._stop()

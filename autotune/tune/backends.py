@@ -2,10 +2,10 @@
 
 * GpuBackend compiles with a process pool on this host (never while a trial is being timed)
   and validates and times every trial in a GPU worker process that may crash or hang without
-  taking the session down.
+  taking the session down (measure.trial.evaluate, sent as a typed request).
 * ReplayBackend serves measurements recorded on a real GPU (benchmarks/sweep.py, one recording
-  per kernel family), so that the whole loop (search, database, warm start, re-ranking,
-  failures, best query) runs without one.
+  per kernel family, made by the same measure.trial.evaluate), so that the whole loop (search,
+  database, warm start, re-ranking, failures, best query) runs without one.
 """
 
 from __future__ import annotations
@@ -16,13 +16,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._jsonfile import read_json
-from ..build.compiler import OK, BuildResult, compile_many
+from ..build.compiler import BuildResult, compile_many
 from ..build.compiler import build_key as current_build_key
 from ..build.ptxas import PtxasReport
 from ..measure.environment import Environment
+from ..measure.protocol import (
+    BaselinesRequest,
+    DeviceRequest,
+    RerankRequest,
+    TrialRequest,
+)
+from ..measure.trial import not_built
+from ..measure.worker import WorkerFailure
 from ..model.config import Config
 from ..model.problem import Problem
 from ..model.space import load_space, supported_families
+from ..model.status import Status
 from ..model.target import Target, target_for_capability
 from ..store.records import BaselineTiming, DeviceInfo, TrialResult
 
@@ -82,24 +91,20 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _baselines_from_reply(timings: Mapping[str, Any]) -> list[BaselineTiming]:
+def _baselines_from_recording(timings: Mapping[str, Any]) -> list[BaselineTiming]:
     return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"],
                            Environment.from_dict(t.get("env")))
             for name, t in timings.items()]
 
 
-def _trial_from_reply(config: Config, build: BuildResult, reply: Mapping[str, Any]
-                      ) -> TrialResult:
-    return TrialResult(
-        config=config, status=str(reply.get("status", "error")),
-        reason=str(reply.get("reason", "")), median_us=reply.get("median_us"),
-        p20_us=reply.get("p20_us"), p80_us=reply.get("p80_us"), rounds=reply.get("rounds"),
-        rel_err=reply.get("rel_err"), build_key=build.key,
-        env=Environment.from_dict(reply.get("env")),
-        baseline_us=(reply.get("baseline") or {}).get("median_us"))
+def _failed(build: BuildResult, failure: WorkerFailure) -> TrialResult:
+    """A trial the worker could not answer (it hung, died or raised)."""
+    return TrialResult(build.config, failure.status, failure.reason, build_key=build.key)
 
 
 class GpuBackend:
+    """Trials in a GPU worker process, through measure.trial (the one trial procedure)."""
+
     def __init__(self, device: int = 0, *, jobs: int | None = None,
                  trial_timeout: float = 120.0) -> None:
         from ..measure.worker import GpuWorker
@@ -111,15 +116,13 @@ class GpuBackend:
         self._target: Target | None = None
 
     def _describe(self) -> None:
-        reply = self._worker.request("device_info", {}, timeout=60)
-        if reply.get("status") != "ok":
-            raise RuntimeError(f"cannot query the GPU: {reply.get('reason')}")
-        self._device = DeviceInfo(reply["name"], reply["compute_capability"],
-                                  reply["sm_count"], reply["driver_version"],
-                                  reply["cuda_version"])
-        base = target_for_capability(reply["compute_capability"])
-        self._target = Target(base.cc, reply["max_smem_per_block"] or base.max_smem_per_block,
-                              reply["name"])
+        reply = self._worker.request(DeviceRequest(), timeout=60)
+        if isinstance(reply, WorkerFailure):
+            raise RuntimeError(f"cannot query the GPU: {reply.reason}")
+        self._device = reply.info
+        base = target_for_capability(reply.info.compute_capability)
+        self._target = Target(base.cc, reply.max_smem_per_block or base.max_smem_per_block,
+                              reply.info.name)
 
     def device(self) -> DeviceInfo:
         if self._device is None:
@@ -142,39 +145,29 @@ class GpuBackend:
     def build_key(self, config: Config) -> str:
         return current_build_key(config, self.target())
 
-    def _payload(self, problem: Problem, **extra: Any) -> dict[str, Any]:
-        return {"problem": problem.as_dict(), "target": vars(self.target()), **extra}
-
     def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
                  round_ms: float) -> TrialResult:
         if not build.ok:
-            return TrialResult(build.config, build.status, build.message, build_key=build.key)
-        reply = self._worker.request(
-            "trial", self._payload(problem, config=build.config.to_json(), rounds=rounds,
-                                   round_ms=round_ms), timeout=self._timeout)
-        return _trial_from_reply(build.config, build, reply)
+            return not_built(build)  # what measure.trial.evaluate answers, without a worker
+        reply = self._worker.request(TrialRequest(problem, build, rounds, round_ms),
+                                     timeout=self._timeout)
+        return _failed(build, reply) if isinstance(reply, WorkerFailure) else reply
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
                round_ms: float) -> Reranking:
-        configs = [b.config.to_json() for b in builds]
-        reply = self._worker.request(
-            "rerank", self._payload(problem, configs=configs, rounds=rounds,
-                                    round_ms=round_ms),
-            timeout=self._timeout * max(1, len(builds) + 1))
-        if reply.get("status") != "ok":
-            return Reranking([TrialResult(b.config, str(reply.get("status")),
-                                          str(reply.get("reason")), build_key=b.key)
-                              for b in builds])
-        results = [_trial_from_reply(b.config, b, reply["timings"][b.config.to_json()])
-                   for b in builds]
+        reply = self._worker.request(RerankRequest(problem, tuple(builds), rounds, round_ms),
+                                     timeout=self._timeout * max(1, len(builds) + 1))
+        if isinstance(reply, WorkerFailure):
+            return Reranking([_failed(b, reply) for b in builds])
+        results = list(reply.results)
         return Reranking(results, sdpa_baselines(results))
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
-        reply = self._worker.request("baselines", self._payload(problem, rounds=9, round_ms=40),
+        reply = self._worker.request(BaselinesRequest(problem, rounds=9, round_ms=40),
                                      timeout=self._timeout)
-        if reply.get("status") != "ok":
-            raise RuntimeError(f"timing torch SDPA failed: {reply.get('reason')}")
-        return _baselines_from_reply(reply["timings"])
+        if isinstance(reply, WorkerFailure):
+            raise RuntimeError(f"timing torch SDPA failed: {reply.reason}")
+        return list(reply.timings)
 
     def close(self) -> None:
         self._worker.close()
@@ -286,11 +279,11 @@ class ReplayBackend:
         for config in configs:
             self.build_calls.append(config)
             if not load_space(config.family).compiled:
-                results.append(BuildResult(config, self._target.arch, OK, cached=True))
+                results.append(BuildResult(config, self._target.arch, Status.OK, cached=True))
                 continue
             row = self._builds.get(config.digest)
             if row is None or "registers" not in row:
-                status = row["status"] if row else "compile_error"
+                status = Status(row["status"]) if row else Status.COMPILE_ERROR
                 message = (row or {}).get("reason", "not recorded")
                 if row is None and config.family not in self._families:
                     message += f" (no {config.family} recording)"
@@ -298,42 +291,48 @@ class ReplayBackend:
                 continue
             ptxas = PtxasReport("cute_autotune_fwd", self._target.arch, row["registers"], 0,
                                 row.get("spill_stores", 0), row.get("spill_loads", 0), 0, 1)
-            results.append(BuildResult(config, self._target.arch, OK,
+            results.append(BuildResult(config, self._target.arch, Status.OK,
                                        key=self.build_key(config), ptxas=ptxas))
         return results
 
     def build_key(self, config: Config) -> str:
         return f"{REPLAY_KEY_PREFIX}{config.digest}"
 
-    def _row(self, problem: Problem, config: Config) -> dict[str, Any]:
+    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
+                 round_ms: float) -> TrialResult:
+        if not build.ok:
+            return not_built(build)
+        config = build.config
+        if config.digest in self.faults:
+            status, reason = self.faults[config.digest]
+            return TrialResult(config, Status(status), reason, build_key=build.key)
         if problem not in self._sdpa:
             raise ValueError(self._not_recorded([problem]))
         if config.family == SDPA_FAMILY:  # served from the recording's SDPA timings
             timing = self._sdpa[problem].get(str(config["backend"]))
             if timing is None:
-                return {"status": "invalid", "reason": f"torch SDPA's {config['backend']} "
-                        "backend refuses this problem (not in the recording)"}
-            return {"status": "ok", "median_us": timing["median_us"],
-                    "p20_us": timing.get("p20_us", timing["median_us"]),
-                    "p80_us": timing.get("p80_us", timing["median_us"])}
+                return TrialResult(config, Status.INVALID, f"torch SDPA's {config['backend']} "
+                                   "backend refuses this problem (not in the recording)",
+                                   build_key=build.key)
+            return TrialResult(config, Status.OK, "", timing["median_us"],
+                               timing.get("p20_us", timing["median_us"]),
+                               timing.get("p80_us", timing["median_us"]), rounds,
+                               build_key=build.key)
         row = self._rows.get((config.family, problem), {}).get(config.digest)
         if row is None:
-            return {"status": "invalid", "reason": "not in the recorded space"}
-        return dict(row)
-
-    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
-                 round_ms: float) -> TrialResult:
-        if not build.ok:
-            return TrialResult(build.config, build.status, build.message, build_key=build.key)
-        if build.config.digest in self.faults:
-            status, reason = self.faults[build.config.digest]
-            return TrialResult(build.config, status, reason, build_key=build.key)
-        row = self._row(problem, build.config)
+            return TrialResult(config, Status.INVALID, "not in the recorded space",
+                               build_key=build.key)
+        # The trial's relative error; recordings made before the sweep ran measure.trial name
+        # it rel_err_vs_sdpa, and a failed validation wrong_result.
+        rel_err = row.get("rel_err", row.get("rel_err_vs_sdpa"))
         if row.get("median_us") is None:
-            return TrialResult(build.config, "failed_validation" if row["status"] == "wrong_result"
-                               else row["status"], row.get("reason", ""), build_key=build.key)
-        return TrialResult(build.config, OK, "", row["median_us"], row["p20_us"], row["p80_us"],
-                           rounds, row.get("rel_err_vs_sdpa"), build_key=build.key)
+            status = Status(row["status"])
+            return TrialResult(config, Status.FAILED_VALIDATION
+                               if status is Status.WRONG_RESULT else status,
+                               row.get("reason", ""), rel_err=rel_err, build_key=build.key)
+        return TrialResult(config, Status.OK, "", row["median_us"], row["p20_us"], row["p80_us"],
+                           rounds, rel_err, build_key=build.key,
+                           baseline_us=row.get("baseline_us"))
 
     def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
                round_ms: float) -> Reranking:
@@ -344,7 +343,7 @@ class ReplayBackend:
         sdpa = self._sdpa.get(problem)
         if sdpa is None:
             raise ValueError(self._not_recorded([problem]))
-        return _baselines_from_reply(sdpa)
+        return _baselines_from_recording(sdpa)
 
     def _not_recorded(self, problems: Sequence[Problem]) -> str:
         known = "; ".join(p.describe() for p in self._sdpa)

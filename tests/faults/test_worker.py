@@ -16,9 +16,11 @@ from sqlalchemy import text
 from autotune.build import toolchain as toolchain_module
 from autotune.build.cache import ArtifactCache
 from autotune.build.compiler import BuildResult, compile_many
-from autotune.measure.worker import GpuWorker
+from autotune.measure.environment import Environment
+from autotune.measure.worker import GpuWorker, WorkerFailure
 from autotune.model.config import Config
 from autotune.model.problem import Problem
+from autotune.model.status import Status
 from autotune.model.target import target_for_arch
 from autotune.store.records import DeviceInfo, TrialResult
 from autotune.store.repo import TuningStore
@@ -26,6 +28,7 @@ from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, study_name, tune_problem
 
 from .conftest import sm80_config
+from .worker_requests import Echo, ExitCode, Ping, Poison, Pong, Raise, Segfault, Sleep, Unserved
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
@@ -41,24 +44,65 @@ def worker() -> Iterator[GpuWorker]:
 
 def test_a_segfault_is_reported_with_its_signal_every_time(worker: GpuWorker) -> None:
     for _ in range(7):
-        reply = worker.request("segfault", {}, timeout=60)
-        assert reply["status"] == "crashed"
-        assert "SIGSEGV" in reply["reason"] and "None" not in reply["reason"], reply
-    assert worker.request("ping", {}, timeout=60)["status"] == "ok"
+        reply = worker.request(Segfault(), timeout=60)
+        assert isinstance(reply, WorkerFailure) and reply.status is Status.CRASHED, reply
+        assert "SIGSEGV" in reply.reason and "None" not in reply.reason, reply
+    assert isinstance(worker.request(Ping(), timeout=60), Pong)
 
 
 def test_an_exit_is_reported_with_its_code(worker: GpuWorker) -> None:
-    reply = worker.request("exit_code", {"code": 3}, timeout=60)
-    assert reply["status"] == "crashed" and "exit code 3" in reply["reason"], reply
+    reply = worker.request(ExitCode(3), timeout=60)
+    assert isinstance(reply, WorkerFailure), reply
+    assert reply.status is Status.CRASHED and "exit code 3" in reply.reason, reply
 
 
 def test_a_sticky_cuda_error_counts_as_a_restart(worker: GpuWorker) -> None:
-    first = worker.request("ping", {}, timeout=60)["pid"]
-    reply = worker.request("poison", {}, timeout=60)
-    assert reply["status"] == "crashed" and "CUDA context lost" in reply["reason"]
-    second = worker.request("ping", {}, timeout=60)["pid"]
-    assert second != first
+    first = worker.request(Ping(), timeout=60)
+    reply = worker.request(Poison(), timeout=60)
+    assert isinstance(reply, WorkerFailure)
+    assert reply.status is Status.CRASHED and "CUDA context lost" in reply.reason
+    second = worker.request(Ping(), timeout=60)
+    assert isinstance(first, Pong) and isinstance(second, Pong)
+    assert second.pid != first.pid
     assert worker.restarts == 1
+
+
+# -- the typed protocol -------------------------------------------------------------------------
+
+
+def test_a_reply_comes_back_as_the_record_it_was(worker: GpuWorker) -> None:
+    pong = worker.request(Ping(), timeout=60)
+    assert isinstance(pong, Pong) and pong == Pong(pong.pid, 0) and pong.pid != os.getpid()
+    env = Environment(regime="flushed-alternating-1", torch_version="2.9", sm_clock_mhz=1980.0)
+    sent = TrialResult(Config.from_dict(sm80_config()), Status.FAILED_VALIDATION, "race",
+                       12.5, 12.0, 13.0, 21, 3e-4, build_key="k", env=env, baseline_us=14.0)
+    back = worker.request(Echo(sent), timeout=60)
+    assert back == sent and back is not sent
+    assert isinstance(back, TrialResult) and back.status is Status.FAILED_VALIDATION
+
+
+def test_a_task_that_raises_is_an_error_with_its_traceback(worker: GpuWorker) -> None:
+    reply = worker.request(Raise("no such backend"), timeout=60)
+    assert isinstance(reply, WorkerFailure) and reply.status is Status.ERROR
+    assert reply.reason == "ValueError: no such backend" and "raise_" in reply.traceback
+    assert isinstance(worker.request(Ping(), timeout=60), Pong)  # the same process serves on
+    assert worker.restarts == 0
+
+
+def test_a_request_no_task_serves_is_an_error(worker: GpuWorker) -> None:
+    reply = worker.request(Unserved(), timeout=60)
+    assert isinstance(reply, WorkerFailure) and reply.status is Status.ERROR
+    assert "no task for Unserved" in reply.reason
+
+
+def test_a_hang_is_a_timeout_and_the_next_request_gets_a_fresh_process(
+        worker: GpuWorker) -> None:
+    first = worker.request(Ping(), timeout=60)
+    reply = worker.request(Sleep(30.0), timeout=1)
+    assert isinstance(reply, WorkerFailure) and reply.status is Status.TIMEOUT
+    assert "no answer within 1 s" in reply.reason
+    second = worker.request(Ping(), timeout=60)
+    assert isinstance(first, Pong) and isinstance(second, Pong) and second.pid != first.pid
 
 
 # -- a compile pool whose worker dies -----------------------------------------------------------

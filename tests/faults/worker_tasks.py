@@ -1,18 +1,21 @@
 """Tasks for a GpuWorker under test, on a machine that may have no GPU.
 
 Imported inside the worker process (GpuWorker(task_modules=...)) before it selects its device:
-CUDA's device selection and health check are replaced by a flag, so that `poison` can stand in
+CUDA's device selection and health check are replaced by a flag, so that `Poison` can stand in
 for a sticky CUDA error (a kernel that broke its context) on any machine."""
 
 from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+import time
 
 import torch
 
+from autotune.measure.records import TrialResult
 from autotune.measure.worker import register_task
+
+from .worker_requests import Echo, ExitCode, Ping, Poison, Pong, Raise, Segfault, Sleep
 
 _context = {"broken": False}
 
@@ -26,24 +29,41 @@ torch.cuda.set_device = lambda device: None  # type: ignore[assignment]
 torch.cuda.synchronize = _synchronize  # type: ignore[assignment]
 
 
-def ping(payload: dict[str, Any]) -> dict[str, Any]:
-    return {"status": "ok", "pid": os.getpid()}
+def ping(request: Ping, device: int) -> Pong:
+    return Pong(os.getpid(), device)
 
 
-def segfault(payload: dict[str, Any]) -> dict[str, Any]:
+def segfault(request: Segfault, device: int) -> Pong:
     os.kill(os.getpid(), signal.SIGSEGV)
-    return {"status": "ok"}
+    return Pong(os.getpid(), device)
 
 
-def exit_code(payload: dict[str, Any]) -> dict[str, Any]:
-    os._exit(int(payload["code"]))
+def exit_code(request: ExitCode, device: int) -> Pong:
+    os._exit(request.code)
 
 
-def poison(payload: dict[str, Any]) -> dict[str, Any]:
+def poison(request: Poison, device: int) -> Pong:
     _context["broken"] = True
-    return {"status": "ok"}
+    return Pong(os.getpid(), device)
 
 
-for _name, _fn in (("ping", ping), ("segfault", segfault), ("exit_code", exit_code),
-                   ("poison", poison)):
-    register_task(_name, _fn)
+def raise_(request: Raise, device: int) -> Pong:
+    raise ValueError(request.message)
+
+
+def sleep(request: Sleep, device: int) -> Pong:
+    time.sleep(request.seconds)
+    return Pong(os.getpid(), device)
+
+
+def echo(request: Echo, device: int) -> TrialResult:
+    return request.result
+
+
+register_task(Ping, ping)
+register_task(Segfault, segfault)
+register_task(ExitCode, exit_code)
+register_task(Poison, poison)
+register_task(Raise, raise_)
+register_task(Echo, echo)
+register_task(Sleep, sleep)

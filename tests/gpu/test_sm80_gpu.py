@@ -19,7 +19,9 @@ import pytest
 from autotune.build.compiler import compile_config
 from autotune.launch.kernel import CompiledKernel
 from autotune.launch.tensors import InputError
+from autotune.measure.protocol import ValidateRequest
 from autotune.measure.reference import reference_attention
+from autotune.measure.validate import ValidationReport
 from autotune.measure.worker import GpuWorker
 from autotune.model.space import load_space
 from autotune.model.target import default_target
@@ -54,8 +56,8 @@ def test_other_head_dims_validate(worker: GpuWorker, head_dim: int) -> None:
                                               "causal": causal, "kv_stages": 2})[0]
         build = compile_config(config, target)
         assert build.ok, build.message
-        reply = worker.request("validate", {"config": config.to_json(), "target": vars(target)})
-        assert reply["status"] == "passed", reply.get("reason")
+        reply = worker.request(ValidateRequest(build))
+        assert isinstance(reply, ValidationReport) and reply.passed, reply
 
 
 @pytest.fixture(scope="module")

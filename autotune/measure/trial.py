@@ -1,0 +1,87 @@
+"""One trial: is a built config right, and how fast is it on a problem.
+
+The only trial code there is. The live tuning backend runs `evaluate` in its GPU worker
+(measure.gpu_tasks), `cute-autotune check` runs `check` (the validation alone) there, and the
+recording sweep (benchmarks/sweep.py) runs `evaluate` in its own process, so that what the
+replay backend serves and what live tuning measures come from one procedure: the same inputs,
+the same validator, the same threshold, the same timing regime beside the same baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+from ..build.compiler import BuildResult
+from ..launch.kernel import CompiledKernel
+from ..model.problem import Problem
+from ..model.status import Status
+from .inputs import problem_inputs, reference_output, sdpa_candidate, timed_env
+from .records import TrialResult
+from .timing import Candidate, measure
+from .validate import ValidationReport, validate
+
+# How far a trial's output at the tuning shape may be from SDPA's default (relative L2 norm).
+# Looser than the validator's bounds against the fp32 reference, since SDPA's default rounds in
+# fp16/bf16 too; the validator has already run its own cases, this catches what only the tuning
+# shape shows (its tails, its grid).
+TUNING_SHAPE_TOL = 2e-2
+SDPA_DEFAULT = "sdpa:default"  # the baseline's name among the timed candidates
+
+# Validation verdicts of this process by cubin: a config tuned for many shapes of one problem
+# class is the same binary on the same GPU, validated once (the validator's cases do not depend
+# on the tuning shape; the output at the tuning shape is still compared with SDPA every trial).
+_validated: dict[str, tuple[bool, str, float]] = {}
+
+
+def not_built(build: BuildResult) -> TrialResult:
+    """The trial of a config that did not build: nothing ran, the build's status says why."""
+    return TrialResult(build.config, build.status, build.message, build_key=build.key)
+
+
+def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> ValidationReport:
+    """The full validator (measure.validate) on a built config, on its own problem class."""
+    config = build.config
+    return validate(CompiledKernel(build, device), head_dim=int(config["head_dim"]),
+                    dtype=str(config["dtype"]), causal=bool(config["causal"]),
+                    device=f"cuda:{device}", seed=seed)
+
+
+def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
+    key = str(build.cubin)
+    if key not in _validated:
+        report = check(build, device=device)
+        _validated[key] = (report.passed, report.summary(), report.worst_rel_err)
+    return _validated[key]
+
+
+def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: float,
+             device: int = 0) -> TrialResult:
+    """Validate a built config (the full validator, once per cubin in this process), compare
+    its output at the tuning shape with SDPA's default, then time it on the problem alternating
+    call by call with SDPA's default (measure.timing), whose median comes back beside it."""
+    if not build.ok:
+        return not_built(build)
+    passed, summary, worst = _verdict(build, device)
+    failed = partial(TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst,
+                     build_key=build.key)
+    if not passed:
+        return failed(summary)
+    kernel = CompiledKernel(build, device)
+    sets = problem_inputs(problem)
+    out, _ = kernel(*sets[0][:3])
+    expected = reference_output(problem)
+    err = float((out.float() - expected).norm() / expected.norm())
+    if not math.isfinite(err) or err > TUNING_SHAPE_TOL:
+        return failed(f"at the tuning shape the output differs from SDPA's by {err:.2e}")
+    candidates: dict[str, Candidate] = {
+        build.name: lambda i: kernel(*sets[i][:3], out=sets[i][3])}
+    reference = sdpa_candidate(problem, "default")
+    if reference is not None:
+        candidates[SDPA_DEFAULT] = reference
+    timings = measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
+    timing, baseline = timings[build.name], timings.get(SDPA_DEFAULT)
+    return TrialResult(build.config, Status.OK, "", timing.median_us, timing.p20_us,
+                       timing.p80_us, timing.rounds, worst, build_key=build.key,
+                       env=timed_env(timing, device),
+                       baseline_us=baseline.median_us if baseline else None)
