@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from autotune.model.config import Config, InvalidConfig
 from autotune.model.space import (
     Space,
+    ValidConfig,
     load_space,
     supported_families,
     unsupported_reason,
@@ -115,3 +118,34 @@ def test_no_family_for_an_old_gpu_says_what_each_needs() -> None:
     reason = unsupported_reason(75)
     assert "sm_75 is older than any kernel family supports" in reason
     assert "sm80 needs sm_80 and newer" in reason and "sm90 needs sm_90 only" in reason
+
+
+def test_validate_makes_a_valid_config_once(space: Space) -> None:
+    plain = base(space)
+    valid = space.validate(plain)
+    assert isinstance(valid, ValidConfig) and valid.space is space
+    assert valid == plain and hash(valid) == hash(plain) and valid.digest == plain.digest
+    assert space.validate(valid) is valid and validate_config(valid) is valid  # not again
+    assert space.config(**dict(plain.values)) == valid
+    assert all(isinstance(c, ValidConfig) for c in space.valid_configs(H200, {"head_dim": 64}))
+    assert isinstance(space.heuristic({"head_dim": 128, "dtype": "fp16", "causal": False}),
+                      ValidConfig)
+    assert type(valid.replace(swizzle=0)) is Config  # a changed config is checked again
+
+
+def test_a_valid_config_is_made_only_by_validation(space: Space) -> None:
+    with pytest.raises(TypeError, match="Space.validate"):
+        ValidConfig("sm80", base(space).values)
+    with pytest.raises(InvalidConfig):
+        space.validate(base(space, block_m=96))
+    other = Space({"family": "sm80", "gencode": "", "header": "sm80/x.cuh", "entry_macro": "E",
+                   "traits": "T", "name": "n",
+                   "params": {"block_m": {"role": "tunable", "values": [128]}}})
+    with pytest.raises(InvalidConfig):  # valid in one space is not valid in another
+        other.validate(space.validate(base(space)))
+
+
+def test_validity_does_not_cross_a_process_boundary(space: Space) -> None:
+    valid = space.validate(base(space))
+    received = pickle.loads(pickle.dumps(valid))
+    assert type(received) is Config and received == valid  # checked again where it arrives

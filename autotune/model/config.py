@@ -38,8 +38,8 @@ class Config:
     """The template parameters of one kernel instance of one family.
 
     Only the structure is checked here (a family name, scalar values). Whether the values are
-    allowed is the family's Space's business (`Space.validate`), which every config read from
-    outside passes through before it reaches codegen.
+    allowed is the family's Space's business: `Space.validate` checks a config read from outside
+    once and makes it a `ValidConfig` (model/space.py), the value build and codegen work on.
     """
 
     family: str

@@ -4,6 +4,12 @@ The space file is the family's whole description as far as Python is concerned: 
 (problem-bound or tunable) with their allowed values, derived quantities, static constraints,
 and how a config becomes C++ (header, traits template, entry macro, nvcc target). Search, storage
 and codegen only talk to this class, so a new family is a new file, not a new code path.
+
+A config is checked against its family's domain once, where it enters (`Space.validate`: the
+command line, an import, a stored row read back, the search's proposals, the space's own
+heuristic), and travels from there as a `ValidConfig`, which carries its Space: build key,
+compile, codegen and naming take it as it is. Whether it fits a GPU (`violations` with a
+target) is another question, asked where a target is known.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import itertools
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -64,6 +70,36 @@ class Constraint:
 def _same_kind(value: Any, allowed: tuple[Value, ...]) -> bool:
     # bool is an int in Python; a JSON `1` must not pass for `true` or the reverse.
     return any(type(value) is type(a) and value == a for a in allowed)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class ValidConfig(Config):
+    """A config its family's space accepted: every parameter present, every value allowed.
+
+    Made only by `Space.validate` (which hands one it is given back as it is), so code that
+    holds one need not check it again. It is a Config (equal to, and hashed like, the plain
+    config of the same values); `space` is the Space that accepted it. Device limits are not
+    part of it: `Space.violations(config, target)` says whether it fits a GPU.
+
+    Validity does not cross a process boundary: pickled, it is a plain Config, checked again
+    where it arrives.
+    """
+
+    space: Space = field(repr=False)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a ValidConfig is made by Space.validate (or validate_config)")
+
+    @classmethod
+    def _accepted(cls, config: Config, space: Space) -> ValidConfig:
+        made = object.__new__(cls)
+        object.__setattr__(made, "family", config.family)
+        object.__setattr__(made, "values", config.values)
+        object.__setattr__(made, "space", space)
+        return made
+
+    def __reduce__(self) -> tuple[type[Config], tuple[str, tuple[tuple[str, Value], ...]]]:
+        return Config, (self.family, self.values)
 
 
 class Space:
@@ -162,19 +198,28 @@ class Space:
     def tunable_params(self) -> list[Param]:
         return [p for p in self.params.values() if p.role == TUNABLE]
 
-    def config(self, **values: Value) -> Config:
+    def config(self, **values: Value) -> ValidConfig:
         """Build and validate a config of this family."""
         return self.validate(Config.make(self.family, values))
 
-    def validate(self, config: Config) -> Config:
-        """Domain check: right family, every parameter present, every value allowed.
+    def validate(self, config: Config) -> ValidConfig:
+        """Domain check: right family, every parameter present, every value allowed; the
+        config as a ValidConfig. One this space already accepted comes back as it is, unchecked.
 
         Raises InvalidConfig listing every problem. Say nothing of device limits: those are
         `violations(config, target)`.
         """
+        if isinstance(config, ValidConfig) and config.space is self:
+            return config
+        reasons = self._domain_reasons(config)
+        if reasons:
+            raise InvalidConfig(reasons, config)
+        return ValidConfig._accepted(config, self)
+
+    def _domain_reasons(self, config: Config) -> list[str]:
+        """Why `config` is not in this space's domain (empty when it is): the one check."""
         if config.family != self.family:
-            raise InvalidConfig([f"config is of family {config.family!r}, not {self.family!r}"],
-                                config)
+            return [f"config is of family {config.family!r}, not {self.family!r}"]
         given = dict(config.values)
         reasons = [f"unknown parameter {k!r}" for k in given if k not in self.params]
         for p in self.params.values():
@@ -182,9 +227,7 @@ class Space:
                 reasons.append(f"missing parameter {p.name!r}")
             elif not _same_kind(given[p.name], p.values):
                 reasons.append(f"{p.name} = {given[p.name]!r} is not one of {list(p.values)}")
-        if reasons:
-            raise InvalidConfig(reasons, config)
-        return config
+        return reasons
 
     # -- derived values and constraints -----------------------------------------------------
 
@@ -201,15 +244,16 @@ class Space:
         return {name: env[name] for name in self.derived}
 
     def violations(self, config: Config, target: Target) -> list[str]:
-        """Why this config cannot run on `target` (empty when it can); includes domain errors."""
+        """Why this config cannot run on `target` (empty when it can); includes domain errors
+        (none for a ValidConfig of this space: only the target's limits are evaluated)."""
         try:
-            self.validate(config)
+            valid = self.validate(config)
         except InvalidConfig as exc:
             return exc.reasons
         if not self.supports(target.cc):
             return [f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
                     f"target is {target.arch}"]
-        env = self.environment(config, target)
+        env = self.environment(valid, target)
         return [c.message for c in self.constraints if not _expr.evaluate(c.expr, env)]
 
     def is_valid(self, config: Config, target: Target) -> bool:
@@ -237,10 +281,19 @@ class Space:
             yield Config.make(self.family, dict(zip(names, combo, strict=True)))
 
     def valid_configs(self, target: Target,
-                      fixed: Mapping[str, Value] | None = None) -> list[Config]:
-        return [c for c in self.all_configs(fixed) if self.is_valid(c, target)]
+                      fixed: Mapping[str, Value] | None = None) -> list[ValidConfig]:
+        """Every config of the space (with `fixed` parameters pinned) that fits `target`."""
+        fitting = []
+        for config in self.all_configs(fixed):
+            try:
+                valid = self.validate(config)
+            except InvalidConfig:
+                continue
+            if not self.violations(valid, target):
+                fitting.append(valid)
+        return fitting
 
-    def heuristic(self, problem_values: Mapping[str, Value]) -> Config | None:
+    def heuristic(self, problem_values: Mapping[str, Value]) -> ValidConfig | None:
         """The family's untuned default for a problem class (None if it has none)."""
         tile = self._heuristic.get(int(problem_values["head_dim"]))
         if tile is None:
@@ -250,13 +303,15 @@ class Space:
     # -- rendering --------------------------------------------------------------------------
 
     def name_of(self, config: Config) -> str:
-        self.validate(config)
-        return self.name_template.format(**{k: self.params[k].label(v) for k, v in config.values})
+        """The config's name (`name` of the space file); a plain config is validated first."""
+        valid = self.validate(config)
+        return self.name_template.format(**{k: self.params[k].label(v) for k, v in valid.values})
 
     def traits_of(self, config: Config) -> str:
-        self.validate(config)
+        """The C++ traits type of the config; a plain config is validated first."""
+        valid = self.validate(config)
         return self.traits_template.format(
-            **{k: self.params[k].cpp_literal(v) for k, v in config.values}
+            **{k: self.params[k].cpp_literal(v) for k, v in valid.values}
         )
 
     def gencode_for(self, target: Target) -> str:
@@ -287,7 +342,7 @@ def supported_families(target: Target | int) -> list[str]:
     return [f for f in kernel_families() if load_space(f).supports(cc)]
 
 
-def default_config(problem_values: Mapping[str, Value], target: Target) -> Config | None:
+def default_config(problem_values: Mapping[str, Value], target: Target) -> ValidConfig | None:
     """The built-in default config for a problem class on `target`: that of the family of
     highest `dispatch_priority` among those the target runs that have a default for the head
     dim (None if none has)."""
@@ -330,6 +385,7 @@ def _load_space(family: str) -> Space:
     return space
 
 
-def validate_config(config: Config) -> Config:
-    """Validate a config read from outside (CLI, file, database) against its family's space."""
+def validate_config(config: Config) -> ValidConfig:
+    """Validate a config read from outside (CLI, file, database) against its family's space
+    (a ValidConfig of it comes back as it is)."""
     return load_space(config.family).validate(config)

@@ -269,13 +269,14 @@ class Dispatcher:
 
     def _load(self, config: Config, target: Target, device_index: int,
               problems: list[str]) -> CompiledKernel | None:
-        build = lookup(config, target)
+        """The loaded kernel of a config `_first` found fitting `target` (a ValidConfig: from
+        the store or a space's heuristic, so nothing here validates it again)."""
+        # compile_config answers from the cache first; only a miss runs nvcc
+        build = compile_config(config, target) if self.compile_on_miss else lookup(config, target)
         if build is None:
-            if not self.compile_on_miss:
-                problems.append(f"{load_space(config.family).name_of(config)} is not compiled "
-                                "and compile-on-miss is off")
-                return None
-            build = compile_config(config, target)
+            problems.append(f"{load_space(config.family).name_of(config)} is not compiled "
+                            "and compile-on-miss is off")
+            return None
         if not build.ok:
             problems.append(f"{build.status}: {build.message[:300]}")
             return None
