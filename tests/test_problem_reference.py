@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import ast
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
+import autotune
+from autotune.launch.tensors import read_problem
 from autotune.measure.reference import reference_attention
+from autotune.measure.validate import DEFAULT_CASES
 from autotune.model.problem import Problem
 
 
@@ -87,3 +92,34 @@ def test_reference_reads_blhd_without_copy_semantics_change() -> None:
     out_bhld, _ = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                       causal=True, scale=0.25)
     torch.testing.assert_close(out_blhd, out_bhld)
+
+
+def test_tensors_pose_a_problem_in_either_layout() -> None:
+    q, k = torch.empty(2, 8, 33, 64, dtype=torch.bfloat16), torch.empty(2, 2, 65, 64,
+                                                                          dtype=torch.bfloat16)
+    want = Problem(2, 8, 2, 33, 65, 64, "bf16", True)
+    assert read_problem(q, k, k, causal=True) == want
+    blhd = [t.transpose(1, 2) for t in (q, k)]
+    assert read_problem(blhd[0], blhd[1], blhd[1], causal=True, layout="blhd") == want
+
+
+def test_a_validation_case_is_a_problem_given_the_kernel_class() -> None:
+    case = next(c for c in DEFAULT_CASES if c.name == "mqa_lq333_lk517")
+    problem = case.problem(128, "bf16", True)
+    assert problem == Problem(1, 6, 1, 333, 517, 128, "bf16", True)
+    assert problem.space_values() == {"head_dim": 128, "dtype": "bf16", "causal": True}
+
+
+def test_problem_is_the_one_type_that_declares_a_problem_shape() -> None:
+    """No second shape type: a class of the package that declares the sizes of a problem is
+    Problem (the database's row of one, store.models.ProblemRow, maps it to columns)."""
+    package = Path(autotune.__file__).parent
+    declaring = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                    and s.target.id in ("seqlen_q", "heads_kv") for s in node.body):
+                declaring.append(f"{path.relative_to(package)}:{node.name}")
+    assert set(declaring) <= {"model/problem.py:Problem", "store/models.py:ProblemRow"}
+    assert "model/problem.py:Problem" in declaring

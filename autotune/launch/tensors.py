@@ -3,7 +3,8 @@
 Kernels see every tensor as logical (B, H, L, D) with element strides for batch, head and row
 and a contiguous head dimension. `layout` says how the caller's tensors are ordered:
 "bhld" ([B, H, L, D], torch SDPA's order) or "blhd" ([B, L, H, D], FlashAttention's order).
-Neither needs a copy.
+Neither needs a copy. The sizes the tensors pose are a `Problem` (model/problem.py), the one
+problem type; the layout is how they lie in memory, not part of the problem.
 """
 
 from __future__ import annotations
@@ -68,23 +69,9 @@ def operand(name: str, t: torch.Tensor) -> Operand:
     return Operand(t.data_ptr(), strides)
 
 
-@dataclass(frozen=True)
-class Shapes:
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seqlen_q: int
-    seqlen_k: int
-    head_dim: int
-
-    def problem(self, dtype: str, causal: bool) -> Problem:
-        return Problem(self.batch, self.heads_q, self.heads_kv, self.seqlen_q, self.seqlen_k,
-                       self.head_dim, dtype, bool(causal))
-
-
-def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> Shapes:
-    """The attention shapes of q, k, v; raises InputError for anything that is not attention
-    at all (ranks, mismatched sizes, Hq % Hkv, mixed devices or dtypes, unknown layout)."""
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> None:
+    """Raise InputError for anything that is not attention at all (ranks, mismatched sizes,
+    Hq % Hkv, mixed devices or dtypes, unknown layout); `problem_of` then reads the sizes."""
     if layout not in LAYOUTS:
         raise InputError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -108,10 +95,19 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
     if heads_q % heads_kv:
         raise InputError(f"query heads ({heads_q}) must be a multiple of key/value heads "
                          f"({heads_kv})")
-    return Shapes(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
+def problem_of(q: torch.Tensor, k: torch.Tensor, *, dtype: str, causal: bool,
+               layout: str) -> Problem:
+    """The Problem of q and k (in `layout`) that `check_shapes` accepted, in `dtype` (the
+    kernels' name of q's dtype: "fp16" or "bf16")."""
+    batch, heads_q, seqlen_q, head_dim = logical_bhld(q, layout).shape
+    heads_kv, seqlen_k = logical_bhld(k, layout).shape[1:3]
+    return Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, bool(causal))
 
 
 def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: str = "bhld") -> Problem:
     """The Problem these tensors pose; raises InputError naming what is wrong."""
-    return check_shapes(q, k, v, layout).problem(dtype_name(q.dtype), causal)
+    check_shapes(q, k, v, layout)
+    return problem_of(q, k, dtype=dtype_name(q.dtype), causal=causal, layout=layout)

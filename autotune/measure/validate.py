@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..launch.tensors import logical_bhld, torch_dtype
@@ -37,40 +37,45 @@ PAD_ROWS = 37  # NaN rows after each output head: a write past Lq shows up there
 
 @dataclass(frozen=True)
 class Case:
+    """A problem built to break a kernel, and how its inputs are made.
+
+    `shape` gives the sizes (batch, heads, lengths); the head dim, dtype and causality are the
+    kernel's under test, which `problem` puts in."""
+
     name: str
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seqlen_q: int
-    seqlen_k: int
+    shape: Problem
     layout: str = "bhld"
     inputs: str = "normal"  # normal | uniform | concentrated | large | packed
     want_lse: bool = True
     scale: float | None = None  # None: 1/sqrt(D)
 
     def problem(self, head_dim: int, dtype: str, causal: bool) -> Problem:
-        return Problem(self.batch, self.heads_q, self.heads_kv, self.seqlen_q, self.seqlen_k,
-                       head_dim, dtype, causal)
+        return replace(self.shape, head_dim=head_dim, dtype=dtype, causal=causal)
+
+
+def _sizes(batch: int, heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int) -> Problem:
+    # the head dim (and dtype, causality) here stand in for the kernel's: Case.problem sets them
+    return Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim=64)
 
 
 # Sequence lengths that are not tile multiples (1, 17, 127, 1000, ...), Lq != Lk both ways,
 # GQA 4:1 and MQA, both layouts, a packed-QKV strided view, and adversarial score patterns.
 DEFAULT_CASES: tuple[Case, ...] = (
-    Case("aligned", 2, 4, 4, 256, 256),
-    Case("tails_lq127_lk1000", 1, 3, 3, 127, 1000),
-    Case("single_query_single_key", 2, 2, 2, 1, 1),
-    Case("decode_lq1_lk17_no_lse", 1, 4, 4, 1, 17, want_lse=False),
-    Case("gqa4_blhd", 2, 8, 2, 200, 200, layout="blhd"),
-    Case("mqa_lq333_lk517", 1, 6, 1, 333, 517),
-    Case("lq300_gt_lk77", 1, 2, 2, 300, 77),
-    Case("packed_qkv_view", 2, 4, 4, 190, 190, layout="blhd", inputs="packed"),
-    Case("uniform_scores", 1, 2, 2, 257, 257, inputs="uniform"),
-    Case("concentrated_softmax", 1, 2, 2, 384, 384, inputs="concentrated", scale=0.3),
-    Case("large_magnitudes", 1, 2, 2, 190, 1025, inputs="large"),
-    Case("multi_tile_gqa2", 1, 4, 2, 1000, 1000),
+    Case("aligned", _sizes(2, 4, 4, 256, 256)),
+    Case("tails_lq127_lk1000", _sizes(1, 3, 3, 127, 1000)),
+    Case("single_query_single_key", _sizes(2, 2, 2, 1, 1)),
+    Case("decode_lq1_lk17_no_lse", _sizes(1, 4, 4, 1, 17), want_lse=False),
+    Case("gqa4_blhd", _sizes(2, 8, 2, 200, 200), layout="blhd"),
+    Case("mqa_lq333_lk517", _sizes(1, 6, 1, 333, 517)),
+    Case("lq300_gt_lk77", _sizes(1, 2, 2, 300, 77)),
+    Case("packed_qkv_view", _sizes(2, 4, 4, 190, 190), layout="blhd", inputs="packed"),
+    Case("uniform_scores", _sizes(1, 2, 2, 257, 257), inputs="uniform"),
+    Case("concentrated_softmax", _sizes(1, 2, 2, 384, 384), inputs="concentrated", scale=0.3),
+    Case("large_magnitudes", _sizes(1, 2, 2, 190, 1025), inputs="large"),
+    Case("multi_tile_gqa2", _sizes(1, 4, 2, 1000, 1000)),
     # More work tiles than an H200 has SMs (432 at block_m 128), Lq > Lk: a persistent kernel
     # walks several tiles per CTA, of different lengths, some rows seeing no key when causal.
-    Case("many_tiles_per_sm_gqa4", 2, 24, 6, 1100, 900),
+    Case("many_tiles_per_sm_gqa4", _sizes(2, 24, 6, 1100, 900)),
 )
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld
+from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
 from ..model.problem import Problem
 from ..model.space import families, load_space
 from .dispatch import EXACT, FALLBACK, UNTUNED_ENV, Decision, Dispatcher, device_info
@@ -239,17 +239,17 @@ def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
                 layout: str) -> tuple[Problem | None, str | None]:
     """(problem, None) when the kernels can run it, (problem or None, reason) when they cannot.
     Raises ValueError for inputs that are not valid attention at all."""
-    s = check_shapes(q, k, v, layout)
+    check_shapes(q, k, v, layout)
     qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
     dtype = _DTYPES.get(str(q.dtype))
     if q.device.type != "cuda":
         return None, f"tensors are on {q.device}; the kernels run on CUDA GPUs"
     if dtype is None:
         return None, f"dtype {q.dtype} is not supported (fp16 and bf16 are)"
-    problem = s.problem(dtype, causal)
+    problem = problem_of(q, k, dtype=dtype, causal=causal, layout=layout)
     head_dims = _head_dims()
-    if s.head_dim not in head_dims:
-        return problem, f"head dim {s.head_dim} is not one of {list(head_dims)}"
+    if problem.head_dim not in head_dims:
+        return problem, f"head dim {problem.head_dim} is not one of {list(head_dims)}"
     if q.requires_grad or k.requires_grad or v.requires_grad:
         return problem, "an input requires grad and the kernels are forward-only"
     elem = q.element_size()
