@@ -1,0 +1,234 @@
+"""The search loop of one kernel family for one problem: the strategy proposes, the space prunes
+what is invalid or known, the backend builds a batch then evaluates each config of it, the store
+records every measurement, and the strategy is told every outcome.
+
+This is the one place where search meets compiling and timing: strategies (tune/strategies.py)
+only propose and learn, the backend only builds and times, and compiling never overlaps timing
+(each batch is built first and timed after).
+
+A study outlives the process that runs it. Each trial records the process running it and the
+build it measured; a trial left RUNNING by a process that is gone is settled by the next session
+(tune/study.py); a config's failure stands only for the build it failed with (a new toolchain or
+kernel tries it again); and a failure of the machinery (a compile pool that keeps dying) is
+never held against a config.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ..model.config import Config, Value
+from ..model.problem import Problem
+from ..model.space import Space, load_space
+from ..model.status import Status
+from ..model.target import Target
+from ..store.records import DeviceInfo, TrialResult
+from ..store.repo import TuningStore
+from .backends import Backend
+from .settings import SearchSettings
+from .strategies import Strategy, sampler_for, strategy_for
+from .study import Outcome, Proposal, Study
+
+# Consecutive infrastructure failures (in batches) after which a session stops: the machinery,
+# not the configs, is broken.
+INFRASTRUCTURE_BATCHES = 3
+# Proposals in a row that were invalid or already known, after which the strategy is taken to
+# have nothing new to offer.
+STALE_ASKS = 200
+
+
+class InfrastructureError(RuntimeError):
+    """Trials keep failing for reasons that are not the configs' (the compile pool dies)."""
+
+
+@dataclass
+class Progress:
+    """Counters of the search of one family, handed to the progress callback after every
+    trial."""
+
+    problem: Problem
+    family: str
+    evaluated: int = 0
+    failed: int = 0
+    pruned: int = 0
+    reused: int = 0
+    best_us: float | None = None
+    sdpa_default_us: float | None = None
+    last: TrialResult | None = None
+
+    def best_tflops(self) -> float | None:
+        return self.problem.tflops(self.best_us) if self.best_us else None
+
+    def speedup(self) -> float | None:
+        if not self.best_us or not self.sdpa_default_us:
+            return None
+        return self.sdpa_default_us / self.best_us
+
+    def found(self, value: float) -> None:
+        if self.best_us is None or value < self.best_us:
+            self.best_us = value
+
+
+@dataclass(frozen=True)
+class FamilySearch:
+    """What the search of one family left for the final re-timing, and its counters."""
+
+    family: str
+    study: str
+    top: list[Config]  # the fastest distinct configs of the study, fastest first
+    evaluated: int
+    failed: int
+    pruned: int
+    reused: int
+    total_trials: int
+
+
+def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, space: Space,
+                     target: Target, settings: SearchSettings) -> list[Config]:
+    """Configs to try first: the best config of the nearest tuned problem, the family's default
+    for the problem class, then best configs of other problems of the class."""
+    fixed = problem.space_values()
+    near = (store.nearest(device, problem, family=space.family) if settings.warm_start
+            else None)
+    seeds = [near[0].config] if near else []
+    default = space.heuristic(fixed) if settings.seed_heuristic else None
+    if default is not None and space.is_valid(default, target):
+        seeds.append(default)
+    for record in store.list_best(device) if settings.warm_start else []:
+        if len(seeds) >= settings.warm_start + int(default is not None):
+            break
+        if record.config.family == space.family and record.problem != problem and all(
+                record.config[k] == v for k, v in fixed.items()):
+            seeds.append(record.config)
+    return seeds
+
+
+def search_family(problem: Problem, family: str, name: str, backend: Backend,
+                  store: TuningStore, settings: SearchSettings, sdpa_default: float | None,
+                  on_progress: Callable[[Progress], None] | None) -> FamilySearch:
+    """One family's study (`name`): `settings.trials` configs evaluated (with `resume`, up to
+    that many of today's builds in the study), fewer when the time budget runs out, the space
+    is exhausted or the strategy has nothing new to propose."""
+    space = load_space(family)
+    device, target = backend.device(), backend.target()
+    fixed: dict[str, Value] = problem.space_values()
+    study = Study(name, store.url, sampler_for(settings), space, fixed)
+    study.settle_abandoned(store, device, problem)
+    valid = {c.digest for c in space.valid_configs(target, fixed)}
+    progress = Progress(problem, family, sdpa_default_us=sdpa_default)
+
+    knowledge = study.knowledge(backend.build_key)
+    known = dict(knowledge.known)
+    progress.best_us = knowledge.best_us
+    budget = (max(0, settings.trials - knowledge.ran_today) if settings.resume
+              else settings.trials)
+    seeds = (warm_start_seeds(store, device, problem, space, target, settings)
+             if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
+             else [])
+    strategy = strategy_for(settings, study, target, known, seeds)
+
+    def tell(proposal: Proposal, outcome: Outcome) -> None:
+        strategy.tell(proposal, outcome)
+        if outcome.measured:
+            known[proposal.config.digest] = outcome.value
+            if outcome.value is not None:
+                progress.found(outcome.value)
+
+    start = time.monotonic()
+
+    def out_of_time() -> bool:
+        return (settings.time_budget_s is not None
+                and time.monotonic() - start > settings.time_budget_s)
+
+    stale_asks = 0
+    infrastructure = 0  # consecutive trials lost to the machinery
+    while progress.evaluated < budget and not out_of_time():
+        if len({d for d in known if d in valid}) >= len(valid):
+            break  # every valid config has been measured (or failed): nothing left to learn
+        want = min(settings.batch_size, budget - progress.evaluated)
+        strategy.begin_batch(want)
+        pending: list[Proposal] = []
+        exhausted = False
+        while len(pending) < want and stale_asks < STALE_ASKS:
+            proposal = strategy.propose()
+            if proposal is None:
+                exhausted = True
+                break
+            config = proposal.config
+            reasons = space.violations(config, target)
+            if reasons:  # pruned statically: costs no compile and no GPU time
+                tell(proposal, Outcome(Status.INVALID, reason="; ".join(reasons), pruned=True))
+                progress.pruned += 1
+                stale_asks += 1
+                continue
+            if config.digest in known or any(p.config.digest == config.digest for p in pending):
+                value = known.get(config.digest)
+                tell(proposal, Outcome(Status.REPEAT, value, "" if value is not None else
+                                       "an earlier trial of this config failed"))
+                stale_asks += 1
+                continue
+            if settings.reuse:
+                previous = store.find_trial(device, problem, config, backend.build_key(config))
+                if previous is not None and previous.median_us is not None:
+                    tell(proposal, Outcome(Status.REUSED, previous.median_us))
+                    progress.reused += 1
+                    continue
+            stale_asks = 0
+            pending.append(proposal)
+        if not pending:
+            if exhausted or stale_asks >= STALE_ASKS:
+                break  # the strategy has nothing new: all it proposes is known or invalid
+            continue
+
+        with _settled_on_exit(strategy, pending) as told:
+            builds = backend.build([p.config for p in pending])  # compile phase
+            for proposal, build in zip(pending, builds, strict=True):  # timing phase
+                result = backend.evaluate(problem, build, rounds=settings.rounds,
+                                          round_ms=settings.round_ms)
+                if result.status == Status.INFRASTRUCTURE:  # the machinery's, not the config's
+                    tell(proposal, Outcome(Status.INFRASTRUCTURE, reason=result.reason[:2000]))
+                    told.add(proposal.number)
+                    infrastructure += 1
+                    if infrastructure >= INFRASTRUCTURE_BATCHES * settings.batch_size:
+                        raise InfrastructureError(
+                            f"{infrastructure} trials in a row could not be built or run, for "
+                            f"reasons that are not the configs': {result.reason}")
+                    continue
+                infrastructure = 0
+                # The study learns the build before the store holds the measurement, and is
+                # told after: a session killed in between leaves a RUNNING trial whose value
+                # the next session finds (Study.settle_abandoned).
+                study.note_build(proposal, build.key)
+                store.record_trial(device, problem, result, build=build, study=name,
+                                   phase="search", baseline_us=result.baseline_us or sdpa_default)
+                tell(proposal, Outcome(Status(result.status),
+                                       result.median_us if result.ok else None,
+                                       result.reason[:2000]))
+                told.add(proposal.number)
+                progress.failed += not result.ok
+                progress.evaluated += 1
+                progress.last = result
+                if on_progress:
+                    on_progress(progress)
+
+    return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
+                        progress.failed, progress.pruned, progress.reused, study.counted())
+
+
+@contextmanager
+def _settled_on_exit(strategy: Strategy, pending: list[Proposal]) -> Iterator[set[int]]:
+    """Yield the set of proposal numbers told so far; if the block ends with an exception (an
+    interrupt, an infrastructure error), the proposals not told are told "interrupted" rather
+    than left RUNNING."""
+    told: set[int] = set()
+    try:
+        yield told
+    except BaseException as exc:
+        for proposal in pending:
+            if proposal.number not in told:
+                strategy.tell(proposal, Outcome(
+                    Status.INTERRUPTED, reason=f"the session stopped: {type(exc).__name__}"))
+        raise

@@ -1,0 +1,39 @@
+"""The settings of a tuning session: how configs are proposed (the strategy), how many are
+tried, how each is timed and how the finalists are re-timed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SAMPLERS = ("tpe", "grid", "random")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    sampler: str = "tpe"
+    seed: int = 0
+    # Configs to evaluate per family searched: new ones, added to what the study already holds;
+    # with `resume`, the study's budget: the trials of today's builds it already ran count.
+    trials: int = 40
+    resume: bool = False
+    time_budget_s: float | None = None  # seconds of search per family
+    batch_size: int = 4  # configs compiled together before the GPU times them
+    rounds: int = 5
+    round_ms: float = 20.0
+    rerank_top: int = 5
+    rerank_rounds: int = 11
+    rerank_round_ms: float = 30.0
+    reuse: bool = True  # serve configs already measured on this device and build from the store
+    warm_start: int = 3  # best configs of the nearest tuned problems, tried first
+    tpe_startup: int = 5  # random trials before TPE models the space
+    local_search: bool = True  # half of each TPE batch: neighbours of the incumbent
+    seed_heuristic: bool = True  # try the family's default config for the problem class first
+    # torch SDPA's backends join the final re-ranking (the stored best may be SDPA itself);
+    # off only to study the kernels' search alone.
+    sdpa_finalists: bool = True
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.trials < 1 or self.batch_size < 1 or self.rerank_top < 1:
+            raise ValueError("trials, batch_size and rerank_top must be >= 1")

@@ -1,0 +1,193 @@
+"""Search strategies: what to try next. A strategy proposes configs of one family's space and is
+told how each ended; it never compiles, times or stores anything (the loop, tune/loop.py, does).
+
+Every strategy asks through the family's study (tune/study.py): each proposal is a trial of it,
+so that a study records every config a session tried, and Optuna's samplers learn from what it
+holds. Configs a strategy wants tried first go on the study's queue, which Optuna asks before
+its sampler; the queue is stored, so what one session leaves queued the next asks first.
+
+* SamplerSearch: Optuna's sampler proposes: TPE, or uniformly random.
+* GridSearch: every valid config not yet measured, each once.
+* LocalSearch (around another strategy): half of each batch refines good configs.
+* WarmStart (around another strategy): given configs first (the best of the nearest tuned
+  problems, the family's default).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from ..model.config import Config, Value
+from ..model.space import Space
+from ..model.target import Target
+from .settings import SearchSettings
+from .study import Outcome, Proposal, Study
+
+
+class Strategy(Protocol):
+    def begin_batch(self, size: int) -> None:
+        """The loop is about to ask for up to `size` configs, to build together then time."""
+        ...
+
+    def propose(self) -> Proposal | None:
+        """The next config to try, or None when the strategy has nothing left to propose."""
+        ...
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        """How a proposal ended; every proposal is told exactly once."""
+        ...
+
+
+def sampler_for(settings: SearchSettings) -> Any:
+    """The Optuna sampler behind the study of `settings.sampler`."""
+    import optuna
+
+    # "grid" is a random sampler behind a queue holding every valid config (GridSearch), which
+    # it never reaches: Optuna's GridSampler enumerates the full product, invalid points
+    # included, and stops the study from inside `tell`, which ask-and-tell use does not allow.
+    if settings.sampler in ("grid", "random"):
+        return optuna.samplers.RandomSampler(seed=settings.seed)
+    # Configs of a batch are proposed before any of them is timed: the constant liar makes TPE
+    # treat the pending ones as bad, so a batch spreads out instead of repeating one guess.
+    # `group` models conditional structure within a family's space.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
+                                          constant_liar=True,
+                                          n_startup_trials=settings.tpe_startup)
+
+
+class SamplerSearch:
+    """The study's sampler proposes (after any config waiting in the study's queue). Its
+    proposals are configs of the space, not necessarily valid ones, and may repeat: the loop
+    prunes both, and the sampler learns from those trials too."""
+
+    def __init__(self, study: Study) -> None:
+        self._study = study
+
+    def begin_batch(self, size: int) -> None:
+        pass
+
+    def propose(self) -> Proposal | None:
+        return self._study.ask()
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._study.tell(proposal, outcome)
+
+
+class GridSearch:
+    """Every valid config not measured yet, each once, in the space's order; after them, the
+    study's random sampler's proposals."""
+
+    def __init__(self, study: Study, target: Target, known: Mapping[str, float | None]) -> None:
+        self._study = study
+        study.enqueue(c for c in study.space.valid_configs(target, study.fixed)
+                      if c.digest not in known)
+
+    def begin_batch(self, size: int) -> None:
+        pass
+
+    def propose(self) -> Proposal | None:
+        return self._study.ask()
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._study.tell(proposal, outcome)
+
+
+class LocalSearch:
+    """Half of each batch refines what was measured: untried neighbours of good configs (see
+    `neighbours`) are proposed first, then `inner` proposes. TPE models the whole space well but
+    finds the last few percent slowly; the best config is usually one step from a good one (a
+    stage count, a tile edge)."""
+
+    def __init__(self, inner: Strategy, study: Study, target: Target,
+                 known: Mapping[str, float | None]) -> None:
+        self._inner, self._study, self._target = inner, study, target
+        self._known = dict(known)
+
+    def begin_batch(self, size: int) -> None:
+        found = neighbours(self._study.space, self._target, self._study.fixed, self._known)
+        self._study.enqueue(found[: max(1, size // 2)])
+        self._inner.begin_batch(size)
+
+    def propose(self) -> Proposal | None:
+        return self._inner.propose()
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._inner.tell(proposal, outcome)
+        if outcome.measured:
+            self._known[proposal.config.digest] = outcome.value
+
+
+class WarmStart:
+    """`seeds` not measured yet, in their order, before anything `inner` proposes: queued on the
+    study when made, ahead of what `inner` queues per batch."""
+
+    def __init__(self, inner: Strategy, study: Study, seeds: Iterable[Config],
+                 known: Mapping[str, float | None]) -> None:
+        self._inner = inner
+        study.enqueue(c for c in dict.fromkeys(seeds) if c.digest not in known)
+
+    def begin_batch(self, size: int) -> None:
+        self._inner.begin_batch(size)
+
+    def propose(self) -> Proposal | None:
+        return self._inner.propose()
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._inner.tell(proposal, outcome)
+
+
+def strategy_for(settings: SearchSettings, study: Study, target: Target,
+                 known: Mapping[str, float | None], seeds: Iterable[Config] = ()) -> Strategy:
+    """The strategy `settings` name, on a study opened with `sampler_for(settings)`. `known`:
+    what the study measured already (by digest); `seeds`: configs to try first (not by grid,
+    which tries everything)."""
+    if settings.sampler == "grid":
+        return GridSearch(study, target, known)
+    strategy: Strategy = SamplerSearch(study)
+    if settings.local_search and settings.sampler == "tpe":
+        strategy = LocalSearch(strategy, study, target, known)
+    seeds = list(seeds)
+    if seeds:
+        strategy = WarmStart(strategy, study, seeds, known)
+    return strategy
+
+
+def neighbours(space: Space, target: Target, fixed: Mapping[str, Value],
+               known: Mapping[str, float | None]) -> list[Config]:
+    """Valid, untried configs one parameter away from good measured ones, best parents first.
+
+    Parents are the three fastest configs and, for every value of every parameter, the fastest
+    config having that value, so that each basin along each dimension gets refined, not only
+    the incumbent's. A move to a value whose best measurement so far is more than 1.3x slower
+    than the incumbent is not proposed (an unswizzled layout, say, stays explored once).
+    """
+    by_digest = {c.digest: c for c in space.valid_configs(target, fixed)}
+    timed = {d: v for d, v in known.items() if v is not None and d in by_digest}
+    if not timed:
+        return []
+    order = sorted(timed, key=lambda d: timed[d])
+    incumbent = timed[order[0]]
+    best_with: dict[tuple[str, Any], str] = {}
+    for digest in order:
+        for name, value in by_digest[digest].values:
+            best_with.setdefault((name, value), digest)
+    parents = list(dict.fromkeys(order[:3] + sorted(set(best_with.values()),
+                                                    key=lambda d: timed[d])))
+    found: dict[str, Config] = {}
+    for digest in parents:
+        parent = by_digest[digest]
+        for param in space.tunable_params:
+            for value in param.values:
+                if value == parent[param.name]:
+                    continue
+                seen = best_with.get((param.name, value))
+                if seen is not None and timed[seen] > 1.3 * incumbent:
+                    continue
+                candidate = parent.replace(**{param.name: value})
+                if candidate.digest not in known and candidate.digest in by_digest:
+                    found.setdefault(candidate.digest, candidate)
+    return list(found.values())

@@ -1,0 +1,239 @@
+"""The record of one kernel family's search for one problem: an Optuna study in the store's
+database, outliving the session that writes it.
+
+Every trial names the process running it (`owner`), the config it asked for (`digest`,
+`config`), the build it measured (`build_key`) and how it ended (`status`, a `Status`, and a
+`reason` when it has no value). A strategy asks its configs here and tells their outcomes here;
+the loop reads what earlier sessions learnt. Nothing here compiles, times or picks a config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._process import Owner, is_gone, this_process
+from ..model.config import Config, InvalidConfig, Value
+from ..model.problem import Problem
+from ..model.space import Space
+from ..model.status import Status
+from ..store.records import DeviceInfo
+from ..store.repo import TuningStore
+
+# Outcomes that say nothing of the config: neither counted as trials of the study nor held
+# against the config (None: a trial that never ended, or was asked outside the search). Stored
+# attributes are plain strings; a Status compares equal to its string.
+NOT_COUNTED: tuple[Status | None, ...] = (None, Status.INVALID, Status.REPEAT,
+                                          Status.INTERRUPTED, Status.INFRASTRUCTURE)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A config a strategy asked for: trial `number` of the study, running until told."""
+
+    number: int
+    config: Config
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a proposal ended. `value` (median us) when it has one; `pruned` when the space's
+    constraints refused it before it was built (told to Optuna as PRUNED, not as a failure)."""
+
+    status: Status
+    value: float | None = None
+    reason: str = ""
+    pruned: bool = False
+
+    @property
+    def measured(self) -> bool:
+        """Whether this says how the config runs under today's build: its time, or (value
+        None) that it fails. A repeat adds nothing; the machinery's failure and an interrupt
+        say nothing of the config; a pruned config was never run."""
+        return not self.pruned and self.status not in (
+            Status.REPEAT, Status.INFRASTRUCTURE, Status.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """What a study already holds, for the session that opens it."""
+
+    # By config digest: its value (median us), or None for a failure of the build made today
+    # (a failure under another toolchain or kernel is worth trying again).
+    known: Mapping[str, float | None]
+    ran_today: int  # trials of today's builds that evaluated a config: what a resume keeps
+    best_us: float | None
+
+
+class Study:
+    """One family's Optuna study for one problem (created on first use), with the space its
+    trials' parameters come from. `url` None keeps it in memory (tests of strategies)."""
+
+    def __init__(self, name: str, url: str | None, sampler: Any, space: Space,
+                 fixed: Mapping[str, Value]) -> None:
+        import optuna
+        from optuna.distributions import BaseDistribution, CategoricalDistribution
+
+        self.name = name
+        self.space = space
+        self.fixed = dict(fixed)
+        self._study = optuna.create_study(study_name=name, storage=url, direction="minimize",
+                                          sampler=sampler, load_if_exists=True)
+        self._distributions: dict[str, BaseDistribution] = {
+            p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
+        self._running: dict[int, Any] = {}  # asked here and not told yet: number -> Trial
+
+    # -- what earlier sessions left --------------------------------------------------------
+
+    def settle_abandoned(self, store: TuningStore, device: DeviceInfo,
+                         problem: Problem) -> None:
+        """Settle the RUNNING trials of processes that are gone (same host, dead pid): told the
+        value their process already stored in the database, else failed as "interrupted" with
+        the reason. A trial of a live process, or of another host, is never touched."""
+        import optuna
+        from optuna.trial import TrialState
+
+        study = self._study
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = Owner.from_json(frozen.user_attrs.get("owner"))
+            if owner is None or not is_gone(owner):
+                continue
+            # Optuna sets a trial's attributes only through a Trial object; this is its
+            # constructor on an existing trial's id (frozen trials expose it privately).
+            trial = optuna.trial.Trial(study, frozen._trial_id)
+            raw = frozen.user_attrs.get("config")
+            measured = None
+            if raw and frozen.user_attrs.get("build_key"):
+                measured = store.find_trial(device, problem, Config.from_json(raw),
+                                            frozen.user_attrs["build_key"])
+            value = measured.median_us if measured is not None else None
+            if value is not None:
+                trial.set_user_attr("status", Status.OK.value)
+                trial.set_user_attr("reason", f"measured by {owner.describe()}, which died "
+                                    "before telling the study; told by a later session")
+                study.tell(frozen.number, value)
+            else:
+                trial.set_user_attr("status", Status.INTERRUPTED.value)
+                trial.set_user_attr("reason", f"{owner.describe()} died before this trial "
+                                    "finished")
+                study.tell(frozen.number, state=TrialState.FAIL)
+
+    def knowledge(self, build_key: Callable[[Config], str]) -> Knowledge:
+        """What the study knows, judged against the builds `build_key` makes today."""
+        from optuna.trial import TrialState
+
+        known: dict[str, float | None] = {}
+        ran_today = 0
+        best: float | None = None
+        for t in self._study.get_trials(deepcopy=False):
+            digest, status = t.user_attrs.get("digest"), t.user_attrs.get("status")
+            today = _of_current_build(t.user_attrs, build_key)
+            ran_today += today and status not in (*NOT_COUNTED, Status.REUSED)
+            if digest and t.state == TrialState.COMPLETE:
+                known[digest] = t.value
+                if t.value is not None and (best is None or t.value < best):
+                    best = t.value
+            elif digest and t.state == TrialState.FAIL and status not in NOT_COUNTED and today:
+                known.setdefault(digest, None)
+        return Knowledge(known, ran_today, best)
+
+    # -- asking and telling ------------------------------------------------------------------
+
+    def enqueue(self, configs: Iterable[Config]) -> None:
+        """Queue configs to be asked next, each once: one already queued (WAITING) is not
+        queued again. (Optuna's skip_if_exists would also skip a config tried before, whose
+        failure under an older build, or of the machinery, deserves another try.) The queue is
+        stored: what a session leaves queued, the next one asks first."""
+        from optuna.trial import TrialState
+
+        tunable = [p.name for p in self.space.tunable_params]
+        queued = {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
+                  for t in self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        for config in configs:
+            params = {name: config[name] for name in tunable}
+            key = json.dumps(params, sort_keys=True)
+            if key not in queued:
+                queued.add(key)
+                self._study.enqueue_trial(params)
+
+    def waiting(self) -> int:
+        """How many queued configs are still to be asked."""
+        from optuna.trial import TrialState
+
+        return len(self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def ask(self) -> Proposal:
+        """The next config: the oldest queued one, else the sampler's."""
+        trial = self._study.ask(self._distributions)
+        trial.set_user_attr("owner", this_process().as_json())
+        config = self.space.config(**self.fixed, **trial.params)
+        trial.set_user_attr("digest", config.digest)
+        trial.set_user_attr("config", config.to_json())
+        self._running[trial.number] = trial
+        return Proposal(trial.number, config)
+
+    def note_build(self, proposal: Proposal, build_key: str | None) -> None:
+        """Name the build a running trial measures, before its measurement is stored: a session
+        killed in between leaves a RUNNING trial whose value the next one finds by it."""
+        self._running[proposal.number].set_user_attr("build_key", build_key)
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        from optuna.trial import TrialState
+
+        trial = self._running.pop(proposal.number)
+        trial.set_user_attr("status", outcome.status.value)
+        if outcome.value is None:
+            trial.set_user_attr("reason", outcome.reason)
+        if outcome.pruned:
+            self._study.tell(trial, state=TrialState.PRUNED)
+        elif outcome.value is None:
+            self._study.tell(trial, state=TrialState.FAIL)
+        else:
+            self._study.tell(trial, outcome.value)
+
+    # -- what the study found --------------------------------------------------------------
+
+    def ranked(self) -> list[Config]:
+        """The distinct configs of the study that have a value, fastest first."""
+        from optuna.trial import TrialState
+
+        ranked: dict[str, tuple[float, Config]] = {}
+        for t in self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            digest, raw = t.user_attrs.get("digest"), t.user_attrs.get("config")
+            if digest and raw and t.value is not None:
+                if digest not in ranked or t.value < ranked[digest][0]:
+                    ranked[digest] = (t.value, Config.from_json(raw))
+        return [config for _, config in sorted(ranked.values(), key=lambda vc: vc[0])]
+
+    def counted(self) -> int:
+        """Trials of the study that evaluated a config (see NOT_COUNTED)."""
+        return counted(self._study.get_trials(deepcopy=False))
+
+
+def counted(trials: Sequence[Any]) -> int:
+    """Of Optuna trials, those that evaluated a config (see NOT_COUNTED)."""
+    return len([t for t in trials if t.user_attrs.get("status") not in NOT_COUNTED])
+
+
+def counted_trials(url: str, name: str) -> int:
+    """Trials of a stored study that evaluated a config; 0 for a study the database lacks."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=url)
+    except KeyError:  # a best config imported from another database has no study here
+        return 0
+    return counted(study.get_trials(deepcopy=False))
+
+
+def _of_current_build(attrs: Mapping[str, Any], build_key: Callable[[Config], str]) -> bool:
+    """Whether a trial measured the build made of its config today."""
+    raw, key = attrs.get("config"), attrs.get("build_key")
+    if not raw or not key:
+        return False
+    try:
+        return bool(build_key(Config.from_json(raw)) == key)
+    except (InvalidConfig, ValueError):
+        return False
