@@ -51,9 +51,6 @@ DEFAULT_TIMEOUT_S = 900.0
 # attempt compiles them one at a time, so one config that takes its worker down cannot take
 # the others with it.
 POOL_ATTEMPTS = 3
-# Old names of two statuses, only until the committed tune/search.py stops importing them.
-INVALID = Status.INVALID
-INFRASTRUCTURE = Status.INFRASTRUCTURE
 
 # Build keys of torch SDPA configs, which have nothing to build: the versions their speed
 # depends on (torch, cuDNN) are stored with each of their timings instead.
