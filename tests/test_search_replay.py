@@ -139,6 +139,20 @@ def test_grid_search_is_exhaustive(backend: ReplayBackend, store: TuningStore) -
     assert outcome.best.median_us == pytest.approx(exhaustive_best(backend, problem))
 
 
+def test_grid_search_stops_when_the_grid_is_done(backend: ReplayBackend,
+                                                 store: TuningStore) -> None:
+    """The last batch is not filled up with random proposals: the study holds each valid
+    config once and nothing else (the space's valid count is no multiple of the batch)."""
+    problem = backend.problems[0]
+    valid = len(load_space("sm80").valid_configs(backend.target(), problem.space_values()))
+    assert valid % 4, "the last batch is full: the test would prove nothing"
+    outcome = tune_problem(problem, backend, store,
+                           kernel_settings(sampler="grid", trials=1000, batch_size=4))
+    study = optuna.load_study(study_name=outcome.study, storage=store.url)
+    assert outcome.evaluated == len(study.trials) == valid and outcome.pruned == 0
+    assert len({t.user_attrs["digest"] for t in study.trials}) == valid
+
+
 def test_warm_start_tries_the_nearest_tuned_best_first(backend: ReplayBackend,
                                                        store: TuningStore) -> None:
     pairs = [(a, b) for a in backend.problems for b in backend.problems

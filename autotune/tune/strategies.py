@@ -7,7 +7,7 @@ holds. Configs a strategy wants tried first go on the study's queue, which Optun
 its sampler; the queue is stored, so what one session leaves queued the next asks first.
 
 * SamplerSearch: Optuna's sampler proposes: TPE, or uniformly random.
-* GridSearch: every valid config not yet measured, each once.
+* GridSearch: every valid config not yet measured, each once; then nothing.
 * LocalSearch (around another strategy): half of each batch refines good configs.
 * WarmStart (around another strategy): given configs first (the best of the nearest tuned
   problems, the family's default).
@@ -78,18 +78,25 @@ class SamplerSearch:
 
 
 class GridSearch:
-    """Every valid config not measured yet, each once, in the space's order; after them, the
-    study's random sampler's proposals."""
+    """Every valid config not measured yet, each once, in the space's order; then None. A
+    config lost to the machinery is not proposed again this session (the next one tries it)."""
 
     def __init__(self, study: Study, target: Target, known: Mapping[str, float | None]) -> None:
         self._study = study
         study.enqueue(c for c in study.space.valid_configs(target, study.fixed)
                       if c.digest not in known)
+        # The study's whole queue: configs an earlier session left queued are asked first.
+        self._left = study.waiting()
 
     def begin_batch(self, size: int) -> None:
         pass
 
     def propose(self) -> Proposal | None:
+        # Never past the queue: the study's sampler would propose random configs, all of them
+        # known or invalid, until the loop gives up on stale proposals (up to 200 junk trials).
+        if self._left <= 0:
+            return None
+        self._left -= 1
         return self._study.ask()
 
     def tell(self, proposal: Proposal, outcome: Outcome) -> None:
