@@ -89,6 +89,11 @@ class ProblemRow(Base):
         UniqueConstraint("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
                          "head_dim", "causal", name="uq_problems_shape"),
         CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
+        # The problem class (a config's fixed values) first: what `nearest` and the region rule
+        # of dispatch filter on. The sizes after it make the index covering: the rows of a class
+        # are ranked from the index alone (1.1 -> 0.65 ms for 250 rows of 5k, SQLite).
+        Index("ix_problems_class", "dtype", "head_dim", "causal", "seqlen_q", "seqlen_k",
+              "batch", "heads_q", "heads_kv"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -167,7 +172,12 @@ class BestConfig(Base):
     """The winner of the latest tuning of a problem on a device, with its speed-ups."""
 
     __tablename__ = "best_configs"
-    __table_args__ = (UniqueConstraint("device_id", "problem_id", name="uq_best_per_problem"),)
+    __table_args__ = (
+        UniqueConstraint("device_id", "problem_id", name="uq_best_per_problem"),
+        # From a problem (or the problems of a class) to its best rows on any device: the
+        # unique constraint's index starts with the device.
+        Index("ix_best_configs_problem", "problem_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
