@@ -7,12 +7,12 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, TypeVarTuple, cast
 
-from sqlalchemy import case, event, func, select, update
+from sqlalchemy import ColumnElement, Select, case, event, func, select, update
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import Session, joinedload, sessionmaker
+from sqlalchemy.orm import Session, contains_eager, joinedload, sessionmaker
 
 from ..build.cache import DIGEST
 from ..build.compiler import BuildResult
@@ -20,6 +20,7 @@ from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
 from ..model.problem import Problem
 from ..model.space import validate_config
+from ..model.status import Status
 from .exchange import EXPORT_FORMAT, EXPORT_VERSION, BrokenRow, ImportEntry, parse_export
 from .misses_records import MissRecord
 from .models import (
@@ -34,7 +35,7 @@ from .models import (
     check_column_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
-from .schema import database_error, default_url, head_revision, open_engine
+from .schema import database_error, default_url, ensure_schema, head_revision, open_engine
 
 __all__ = ["BrokenRow", "TuningStore", "problem_distance"]
 
@@ -45,12 +46,20 @@ def problem_distance(a: Problem, b: Problem) -> float:
     Sum of |log2 ratio| of Lq, Lk and B*Hq, plus half the |log2 ratio| of the GQA group size:
     a kernel tuned for a shape twice as long is as near as one for twice the batch.
     """
+    return _distance(a, b.batch, b.heads_q, b.heads_kv, b.seqlen_q, b.seqlen_k)
+
+
+def _distance(a: Problem, batch: int, heads_q: int, heads_kv: int, seqlen_q: int,
+              seqlen_k: int) -> float:
+    """`problem_distance` from `a` to the problem of these sizes (and `a`'s class), computed
+    on a row's columns: `nearest` ranks every row of a class without making a Problem of
+    each."""
     def term(x: float, y: float) -> float:
         return abs(math.log2(x / y))
 
-    return (term(a.seqlen_q, b.seqlen_q) + term(a.seqlen_k, b.seqlen_k)
-            + term(a.batch * a.heads_q, b.batch * b.heads_q)
-            + 0.5 * term(a.group_size, b.group_size))
+    return (term(a.seqlen_q, seqlen_q) + term(a.seqlen_k, seqlen_k)
+            + term(a.batch * a.heads_q, batch * heads_q)
+            + 0.5 * term(a.group_size, heads_q // heads_kv))
 
 
 def _problem_of(row: ProblemRow) -> Problem:
@@ -107,6 +116,31 @@ def same_gpu(device: DeviceInfo, name: Any = Device.name,
             sm_count == device.sm_count)
 
 
+Columns = TypeVarTuple("Columns")
+
+
+def _of_device(query: Select[*Columns],
+               device: DeviceInfo | str | None) -> Select[*Columns]:
+    """`query` (joined to devices) narrowed to one GPU model (see `same_gpu`), a device name,
+    or left as it is for every device."""
+    if isinstance(device, str):
+        return query.where(Device.name == device)
+    if device is not None:
+        return query.where(*same_gpu(device))
+    return query
+
+
+def _is_problem(problem: Problem) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that a problems row is `problem` (uq_problems_shape's index)."""
+    return tuple(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items())
+
+
+def _in_class(dtype: str, head_dim: int, causal: bool) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that a problems row is of this problem class (ix_problems_class)."""
+    return (ProblemRow.dtype == dtype, ProblemRow.head_dim == head_dim,
+            ProblemRow.causal == causal)
+
+
 RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
 
 
@@ -128,9 +162,11 @@ class TuningStore:
 
     def __init__(self, url: str | None = None, engine: Engine | None = None, *,
                  create: bool = True) -> None:
+        # The schema is checked here, once per engine; the lookups and writes never check it.
         if engine is not None:
             self.engine = engine
             self.url = engine.url.render_as_string(hide_password=False)
+            ensure_schema(engine, self.url, create=create)
         else:
             self.url = url or default_url()
             self.engine = open_engine(self.url, create=create)
@@ -213,7 +249,7 @@ class TuningStore:
             query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
                      .where(*same_gpu(device), KernelConfig.digest == config.digest,
                             ProblemRow.id == self._problem(s, problem).id,
-                            Measurement.status == "ok")
+                            Measurement.status == Status.OK)
                      .order_by(Measurement.id.desc()))
             if build_key is not None:
                 query = query.join(Build, Measurement.build_id == Build.id).where(
@@ -221,7 +257,7 @@ class TuningStore:
             row = s.scalars(query).first()
             if row is None:
                 return None
-            return TrialResult(config, row.status, row.reason, row.median_us, row.p20_us,
+            return TrialResult(config, Status.OK, row.reason, row.median_us, row.p20_us,
                                row.p80_us, row.rounds, row.rel_err, row.max_abs_err, build_key,
                                reused=True, env=_env_of(row))
 
@@ -326,11 +362,20 @@ class TuningStore:
         query = select(BestConfig).join(Device).options(
             joinedload(BestConfig.device), joinedload(BestConfig.problem),
             joinedload(BestConfig.config))
-        if isinstance(device, str):
-            query = query.where(Device.name == device)
-        elif device is not None:
-            query = query.where(*same_gpu(device))
-        return list(s.scalars(query.order_by(BestConfig.id)).all())
+        return list(s.scalars(_of_device(query, device).order_by(BestConfig.id)).all())
+
+    @staticmethod
+    def _best_row(s: Session, device: DeviceInfo | str | None,
+                  problem: Problem) -> BestConfig | None:
+        """The best row of exactly `problem` on `device` (the oldest, when several devices of
+        one GPU model, or several devices, have one), with its device, problem and config: one
+        indexed query (devices, then the problem by uq_problems_shape, then uq_best_per_problem
+        or ix_best_configs_problem)."""
+        query = (select(BestConfig).join(BestConfig.device).join(BestConfig.problem)
+                 .options(contains_eager(BestConfig.device), contains_eager(BestConfig.problem),
+                          joinedload(BestConfig.config))
+                 .where(*_is_problem(problem)))
+        return s.scalars(_of_device(query, device).order_by(BestConfig.id).limit(1)).first()
 
     @staticmethod
     def _record(row: BestConfig) -> BestRecord:
@@ -348,10 +393,8 @@ class TuningStore:
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""
         with self._transaction() as s:
-            for row in self._best_rows(s, device):
-                if _problem_of(row.problem) == problem:
-                    return self._record(row)
-            return None
+            row = self._best_row(s, device, problem)
+            return self._record(row) if row is not None else None
 
     def timed_build_keys(self, device: DeviceInfo | str | None = None
                          ) -> dict[tuple[str, Problem], str]:
@@ -376,12 +419,14 @@ class TuningStore:
         last built search trial ran a build other than the one the current kernel sources,
         toolchain and flags make, so a kernel update is searched again rather than trusted."""
         with self._transaction() as s:
-            best = next((row for row in self._best_rows(s, device)
-                         if _problem_of(row.problem) == problem), None)
+            best = s.execute(_of_device(
+                select(BestConfig.problem_id, BestConfig.measurement_id)
+                .join(BestConfig.device).join(BestConfig.problem)
+                .where(*_is_problem(problem)), device).order_by(BestConfig.id).limit(1)).first()
             if best is None or best.measurement_id is None:
                 return False
-            mine = (select(func.max(Measurement.id)).join(ProblemRow).join(Device)
-                    .where(Measurement.study == study, ProblemRow.id == best.problem_id,
+            mine = (select(func.max(Measurement.id)).join(Device)
+                    .where(Measurement.study == study, Measurement.problem_id == best.problem_id,
                            Device.name == device.name))
             last_any = s.scalar(mine)
             last_search = s.scalar(mine.where(Measurement.phase == "search"))
@@ -401,18 +446,24 @@ class TuningStore:
                 family: str | None = None) -> tuple[BestRecord, float] | None:
         """The tuned problem of the same dtype, head dim and causality nearest to `problem`
         (of those whose best config is of `family`, when given)."""
+        # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
+        # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
+        # row), and only the nearest is read whole.
+        query = (select(BestConfig.id, ProblemRow.batch, ProblemRow.heads_q, ProblemRow.heads_kv,
+                        ProblemRow.seqlen_q, ProblemRow.seqlen_k)
+                 .join(BestConfig.device).join(BestConfig.problem)
+                 .where(*_in_class(problem.dtype, problem.head_dim, problem.causal)))
+        if family is not None:
+            query = query.join(BestConfig.config).where(KernelConfig.family == family)
         with self._transaction() as s:
-            candidates = []
-            for row in self._best_rows(s, device):
-                if family is not None and row.config.family != family:
-                    continue
-                other = _problem_of(row.problem)
-                if (other.dtype, other.head_dim, other.causal) == (
-                        problem.dtype, problem.head_dim, problem.causal):
-                    candidates.append((problem_distance(problem, other), row.id, row))
+            candidates = [(_distance(problem, *sizes), best_id)
+                          for best_id, *sizes in s.execute(_of_device(query, device))]
             if not candidates:
                 return None
-            distance, _, row = min(candidates, key=lambda c: (c[0], c[1]))
+            distance, best_id = min(candidates)
+            row = s.scalars(select(BestConfig).where(BestConfig.id == best_id).options(
+                joinedload(BestConfig.device), joinedload(BestConfig.problem),
+                joinedload(BestConfig.config))).one()
             return self._record(row), distance
 
     def families_faster_than_sdpa(self, device: DeviceInfo,
@@ -423,25 +474,20 @@ class TuningStore:
         this GPU model: a stored best with a speed-up above 1, or a measurement faster than
         the SDPA timing stored with it."""
         head_dim, dtype, causal, lq = region
-
-        def inside(p: ProblemRow) -> bool:
-            return (p.head_dim, p.dtype, bool(p.causal)) == (head_dim, dtype, causal) \
-                and bucket(p.seqlen_q) == lq
-
+        # SQL keeps the (family, Lq) pairs of the problem class on this GPU model; the Lq
+        # bucket, a function of the caller's, is applied to those few here.
+        best = (select(BestConfig.family, ProblemRow.seqlen_q)
+                .join(BestConfig.device).join(BestConfig.problem)
+                .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
+                       BestConfig.family != "sdpa", BestConfig.speedup_vs_default > 1.0))
+        measured = (select(KernelConfig.family, ProblemRow.seqlen_q).select_from(Measurement)
+                    .join(KernelConfig).join(ProblemRow).join(Device)
+                    .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
+                           Measurement.status == Status.OK, KernelConfig.family != "sdpa",
+                           Measurement.median_us < Measurement.baseline_us))
         with self._transaction() as s:
-            found = {row.family for row in self._best_rows(s, device)
-                     if inside(row.problem) and row.family != "sdpa"
-                     and (row.speedup_vs_default or 0) > 1.0}
-            query = (select(KernelConfig.family, ProblemRow).select_from(Measurement)
-                     .join(KernelConfig).join(ProblemRow).join(Device)
-                     .where(*same_gpu(device), ProblemRow.head_dim == head_dim,
-                            ProblemRow.dtype == dtype,
-                            ProblemRow.causal == causal, Measurement.status == "ok",
-                            KernelConfig.family != "sdpa",
-                            Measurement.median_us < Measurement.baseline_us)
-                     .distinct())
-            found |= {family for family, p in s.execute(query) if inside(p)}
-            return found
+            return {family for family, seqlen_q in s.execute(best.union(measured))
+                    if bucket(seqlen_q) == lq}
 
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
@@ -566,15 +612,14 @@ class TuningStore:
         a problem the database does not hold matches nothing."""
         return (select(Measurement).join(Device).join(ProblemRow)
                 .options(joinedload(Measurement.config))
-                .where(*same_gpu(device),
-                       *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
+                .where(*same_gpu(device), *_is_problem(problem))
                 .order_by(Measurement.id))
 
     @staticmethod
     def _timing_of(row: Measurement) -> TrialResult:
         """A stored measurement as the TrialResult it recorded (`reused`: from the database)."""
         build_key = row.build.artifact_key if row.build is not None else None
-        return TrialResult(_config_of(row.config), row.status, row.reason, row.median_us,
+        return TrialResult(_config_of(row.config), Status(row.status), row.reason, row.median_us,
                            row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
                            build_key, reused=True, env=_env_of(row))
 
@@ -583,7 +628,8 @@ class TuningStore:
         family (torch SDPA's included), oldest first; rows whose config fails validation are
         left out."""
         with self._transaction() as s:
-            query = self._model_measurements(device, problem).where(Measurement.status == "ok")
+            query = self._model_measurements(device, problem).where(
+                Measurement.status == Status.OK)
             found = []
             for row in s.scalars(query):
                 try:
@@ -622,8 +668,7 @@ class TuningStore:
         environment of the measurement it points to, else the torch and cuDNN versions kept
         with the best row; None when neither is known (an imported row, an older schema)."""
         with self._transaction() as s:
-            row = next((r for r in self._best_rows(s, device)
-                        if _problem_of(r.problem) == problem), None)
+            row = self._best_row(s, device, problem)
             if row is None:
                 return None
             measured = (s.get(Measurement, row.measurement_id)
@@ -644,7 +689,7 @@ class TuningStore:
             query = (select(Baseline).join(Device, Baseline.device_id == Device.id)
                      .join(ProblemRow, Baseline.problem_id == ProblemRow.id)
                      .where(*same_gpu(device), Baseline.backend == backend,
-                            *(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items()))
+                            *_is_problem(problem))
                      .order_by(Baseline.id.desc()))
             row = s.scalars(query).first()
             if row is None:

@@ -20,6 +20,7 @@ import os
 from functools import cache
 from pathlib import Path
 from typing import Any
+from weakref import WeakSet
 
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import URL, Engine, make_url
@@ -203,14 +204,30 @@ def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
                       "release; upgrade cute-autotune")
 
 
+# Engines whose schema has been checked: the check (a few queries) runs once per engine, when
+# the store opens it, never again on the lookups and writes made through it.
+_checked: WeakSet[Engine] = WeakSet()
+
+
+def ensure_schema(engine: Engine, url: str, *, create: bool = True) -> None:
+    """`check_schema`, once per engine (a DBAPIError becomes a StoreError)."""
+    if engine in _checked:
+        return
+    try:
+        check_schema(engine, url, create=create)
+    except DBAPIError as exc:
+        raise database_error(url, exc) from None
+    _checked.add(engine)
+
+
 def open_engine(url: str | None = None, *, create: bool = True) -> Engine:
     """An engine on a database at the newest schema (created if new and `create`; refused if
     old). Every failure is a StoreError."""
     url = url or default_url()
     engine = make_engine(url, create=create)
     try:
-        check_schema(engine, url, create=create)
-    except DBAPIError as exc:
+        ensure_schema(engine, url, create=create)
+    except StoreError:
         engine.dispose()
-        raise database_error(url, exc) from None
+        raise
     return engine
