@@ -153,12 +153,21 @@ def _host_info(jobs: int) -> dict[str, Any]:
             "nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version}
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
+def _selection(args: argparse.Namespace) -> tuple[Target, list[Config]] | None:
+    """The target and the configs the command line selects (None, said, when none match)."""
     target = _resolve_target(args)
     configs = select_configs(args, target)
     if not configs:
         print("no config matches the selection", file=sys.stderr)
+        return None
+    return target, configs
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    selected = _selection(args)
+    if selected is None:
         return 1
+    target, configs = selected
     results, wall = _compile(configs, target, args)
     print(build_table(results))
     built = [r for r in results if r.ok and not r.cached]
@@ -224,11 +233,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     import torch
 
-    target = _resolve_target(args)
-    configs = select_configs(args, target)
-    if not configs:
-        print("no config matches the selection", file=sys.stderr)
+    selected = _selection(args)
+    if selected is None:
         return 1
+    target, configs = selected
     builds, wall = _compile(configs, target, args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     outcomes: list[Validation] = []
