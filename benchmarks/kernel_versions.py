@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import math
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -52,14 +52,11 @@ def import_tree(tree: Path, name: str = "autotune_old") -> ModuleType:
         text = path.read_text()
         if "_cute_autotune_launcher_old" not in text:
             path.write_text(text.replace("_cute_autotune_launcher", "_cute_autotune_launcher_old"))
-    spec = importlib.util.spec_from_file_location(
-        name, tree / "autotune" / "__init__.py",
-        submodule_search_locations=[str(tree / "autotune")])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    # A link named `name` on sys.path: the compile pool's spawned workers import it too.
+    links = Path(tempfile.mkdtemp(prefix="kernel_versions_"))
+    (links / name).symlink_to((tree / "autotune").resolve(), target_is_directory=True)
+    sys.path.insert(0, str(links))
+    return importlib.import_module(name)
 
 
 def configs_to_compare(problems: list[Problem], db: Path, family: str) -> list[Config]:
