@@ -1,3 +1,31 @@
 """Stage 3, launch: a built cubin to a kernel call on torch tensors. The pybind11 launcher
 extension, the loaded kernel with its launch plan, and the tensor views (layouts, strides)
 kernels are called with. Imports `model` and `build`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
+    from .kernel import CompiledKernel
+    from .tensors import torch_dtype
+
+# The names scripts and other callers may import from this stage; each is loaded on first
+# use from its module, so importing one module of the stage does not load the others.
+__all__ = [
+    "CompiledKernel",
+    "torch_dtype",
+]
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "CompiledKernel": ("kernel", "CompiledKernel"),
+    "torch_dtype": ("tensors", "torch_dtype"),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,3 +1,54 @@
 """Stage 4, measure: is a kernel right, and how fast is it. The fp32 reference, the validator,
 the timing regime and its environment, torch SDPA as baseline, the crash-isolated GPU worker
 and the one trial every measurement goes through. Imports `model`, `build` and `launch`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
+    from .gpu_tasks import describe_device, time_sdpa
+    from .inputs import problem_inputs
+    from .reference import reference_attention
+    from .sdpa import accepted_backends, sdpa_call
+    from .timing import input_sets_needed, measure
+    from .trial import check, evaluate
+    from .worker import GpuWorker
+
+# The names scripts and other callers may import from this stage; each is loaded on first
+# use from its module, so importing one module of the stage does not load the others.
+__all__ = [
+    "GpuWorker",
+    "accepted_backends",
+    "check",
+    "describe_device",
+    "evaluate",
+    "input_sets_needed",
+    "measure",
+    "problem_inputs",
+    "reference_attention",
+    "sdpa_call",
+    "time_sdpa",
+]
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "input_sets_needed": ("timing", "input_sets_needed"),
+    "measure": ("timing", "measure"),
+    "accepted_backends": ("sdpa", "accepted_backends"),
+    "sdpa_call": ("sdpa", "sdpa_call"),
+    "reference_attention": ("reference", "reference_attention"),
+    "problem_inputs": ("inputs", "problem_inputs"),
+    "describe_device": ("gpu_tasks", "describe_device"),
+    "time_sdpa": ("gpu_tasks", "time_sdpa"),
+    "check": ("trial", "check"),
+    "evaluate": ("trial", "evaluate"),
+    "GpuWorker": ("worker", "GpuWorker"),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

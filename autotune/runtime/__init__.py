@@ -2,3 +2,35 @@
 SDPA where it is faster), the torch custom op, and the record of untuned problems. Imports
 `model`, `build`, `launch`, `store` and SDPA from `measure`: never the tuner, the worker,
 the timing code or Optuna."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
+    from .attention import configure, explain
+    from .dispatch import device_info
+
+# The names scripts and other callers may import from this stage; each is loaded on first
+# use from its module, so importing one module of the stage does not load the others.
+__all__ = [
+    "configure",
+    "device_info",
+    "explain",
+]
+
+# `attention` itself is `autotune.attention`: here the name is the submodule `runtime.attention`.
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "configure": ("attention", "configure"),
+    "explain": ("attention", "explain"),
+    "device_info": ("dispatch", "device_info"),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

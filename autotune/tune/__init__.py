@@ -1,3 +1,52 @@
 """Stage 7, tune: search. Strategies propose configs, one loop evaluates each through the
 measure stage, records it in the store and tells the strategy; backends run trials live on a
 GPU or replay a recording. Imports every earlier stage."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
+    from .backends import SDPA_FAMILY, GpuBackend, ReplayBackend
+    from .loop import Progress
+    from .search import rerank_finalists, sdpa_configs, study_name, tune_problem
+    from .settings import SearchSettings
+    from .tuning import best_config, tune
+
+# The names scripts and other callers may import from this stage; each is loaded on first
+# use from its module, so importing one module of the stage does not load the others.
+__all__ = [
+    "GpuBackend",
+    "Progress",
+    "ReplayBackend",
+    "SDPA_FAMILY",
+    "SearchSettings",
+    "best_config",
+    "rerank_finalists",
+    "sdpa_configs",
+    "study_name",
+    "tune",
+    "tune_problem",
+]
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "best_config": ("tuning", "best_config"),
+    "tune": ("tuning", "tune"),
+    "SearchSettings": ("settings", "SearchSettings"),
+    "Progress": ("loop", "Progress"),
+    "SDPA_FAMILY": ("backends", "SDPA_FAMILY"),
+    "GpuBackend": ("backends", "GpuBackend"),
+    "ReplayBackend": ("backends", "ReplayBackend"),
+    "rerank_finalists": ("search", "rerank_finalists"),
+    "sdpa_configs": ("search", "sdpa_configs"),
+    "study_name": ("search", "study_name"),
+    "tune_problem": ("search", "tune_problem"),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
