@@ -85,9 +85,8 @@ tests64|tests128)
 bench)
   # Everything that needs the D=64 cubins besides the tests, plus compile throughput and the
   # main job: the D=64 sweep shapes, the D=64 throughput table, the demo.
-  checks=$(ls /tmp/checks_tests*/*.json benchmarks/results/sm80_check_h200.json 2>/dev/null)
   python3 benchmarks/sweep.py --shapes 3 4 6 --json "$OUT/sweep_d64.json" 2>&1 | tail -4
-  python3 benchmarks/sm80_throughput.py --head-dims 64 --check-json $checks --json "$OUT/throughput_d64.json" 2>&1 | tail -14
+  # (the D=64 throughput table came from sm80_throughput.py, removed: superseded by bench)
   python3 benchmarks/compile_throughput.py --configs 32 --json "$OUT/compile_throughput_h200.json" > /dev/null 2>&1; cat "$OUT/compile_throughput_h200.json"
   python3 benchmarks/host_overhead.py --json "$OUT/host_overhead_h200.json" 2>&1 | tail -4
   python3 -m autotune.cli demo > "$OUT/demo_h200.txt" 2>&1; tail -15 "$OUT/demo_h200.txt"
@@ -138,13 +137,8 @@ sm90)
   variants=benchmarks/configs/sm90_variants.json
   timeout 240 python3 -m autotune.cli check --config @$variants --json "$OUT/sm90_check_h200.json" \
     --quiet > "$OUT/sm90_check_h200.txt" 2>&1; tail -n 72 "$OUT/sm90_check_h200.txt"
-  # The best validated variants per MHA llm-prefill shape against SDPA (screened at 4,16,2048).
-  for dt in fp16 bf16; do
-    timeout 110 python3 benchmarks/sm80_throughput.py --family sm90 --dtype $dt --head-dims 64 128 \
-      --shapes 16,16,512 8,16,1024 4,16,2048 2,16,4096 1,16,8192 1,16,16384 --top 2 \
-      --check-json "$OUT/sm90_check_h200.json" --json "$OUT/sm90_scan_$dt.json" \
-      > "$OUT/sm90_scan_$dt.txt" 2>&1; tail -n 12 "$OUT/sm90_scan_$dt.txt"
-  done
+  # (the best validated variants against SDPA came from sm80_throughput.py, removed: superseded
+  # by whole-space tuning and `cute-autotune bench`)
   # One config per structural variant (D=128 fp16 causal, 128x128 tile): plain, overlap,
   # ping-pong, and the same three persistent.
   for i in 2 5 0 1 3 4; do
