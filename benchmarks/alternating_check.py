@@ -92,7 +92,7 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str,
 
 def main() -> int:
     import autotune
-    from autotune.model.shapes import load_shape_set
+    from autotune.model import load_shape_set
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--db", required=True)

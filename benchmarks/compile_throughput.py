@@ -21,17 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotune.build.cache import ArtifactCache
-from autotune.build.compiler import compile_config, compile_many, default_jobs
-from autotune.build.toolchain import toolchain
-from autotune.model.space import load_space
-from autotune.model.target import target_for_arch
+from autotune.build import ArtifactCache, compile_config, compile_many, default_jobs
+from autotune.build import current_toolchain as toolchain
+from autotune.model import load_space, target_for_arch
 
 FRESH_PROCESS_PROBE = """
 import sys, time
-from autotune.build.compiler import compile_config
-from autotune.model.config import Config
-from autotune.model.target import target_for_arch
+from autotune.build import compile_config
+from autotune.model import Config
+from autotune.model import target_for_arch
 config, target = Config.from_json(sys.argv[1]), target_for_arch("sm_90")
 start = time.perf_counter()
 result = compile_config(config, target)

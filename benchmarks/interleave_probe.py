@@ -28,14 +28,12 @@ from typing import Any
 
 import torch
 
-from autotune.build.compiler import compile_config
-from autotune.launch.kernel import CompiledKernel
-from autotune.measure.gpu_tasks import problem_inputs
-from autotune.measure.sdpa import sdpa_call
-from autotune.measure.timing import measure
-from autotune.model.problem import Problem
-from autotune.runtime.attention import attention, configure
-from autotune.tune.tuning import best_config
+from autotune import attention, configure
+from autotune.build import compile_config
+from autotune.launch import CompiledKernel
+from autotune.measure import measure, problem_inputs, sdpa_call
+from autotune.model import Problem
+from autotune.tune import best_config
 
 PROBLEMS = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
             Problem(1, 16, 16, 8192, 8192, 128, "fp16", False),

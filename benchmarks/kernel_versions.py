@@ -28,17 +28,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from autotune.build.compiler import compile_many
-from autotune.launch.kernel import CompiledKernel
-from autotune.measure.reference import reference_attention
-from autotune.measure.sdpa import sdpa_call
-from autotune.measure.timing import measure
-from autotune.model.config import Config
-from autotune.model.problem import Problem
-from autotune.model.shapes import load_shape_set
-from autotune.model.space import load_space
-from autotune.model.target import default_target
-from autotune.store.repo import TuningStore
+from autotune.build import compile_many
+from autotune.launch import CompiledKernel
+from autotune.measure import measure, reference_attention, sdpa_call
+from autotune.model import Config, Problem, default_target, load_shape_set, load_space
+from autotune.store import TuningStore
 
 ROOT = Path(__file__).resolve().parent.parent
 

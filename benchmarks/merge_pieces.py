@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autotune.store.repo import TuningStore
+from autotune.store import TuningStore
 
 
 def main() -> int:

@@ -21,11 +21,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from autotune.build.cache import ArtifactCache
-from autotune.build.compiler import lookup
-from autotune.model.config import Config
-from autotune.model.target import target_for_arch
-from autotune.store.repo import TuningStore
+from autotune.build import ArtifactCache, lookup
+from autotune.model import Config, target_for_arch
+from autotune.store import TuningStore
 
 
 def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.model.problem import Problem
-from autotune.store.repo import problem_distance
+from autotune.model import Problem
+from autotune.store import problem_distance
 
 ROOT = Path(__file__).resolve().parent.parent
 TOP = 5

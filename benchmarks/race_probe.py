@@ -9,11 +9,9 @@ import sys
 
 import torch
 
-from autotune.build.compiler import compile_config
-from autotune.launch.kernel import CompiledKernel
-from autotune.launch.tensors import torch_dtype
-from autotune.model.config import Config
-from autotune.model.space import validate_config
+from autotune.build import compile_config
+from autotune.launch import CompiledKernel, torch_dtype
+from autotune.model import Config, validate_config
 
 
 def main() -> int:

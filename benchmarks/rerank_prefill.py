@@ -14,12 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.model.config import Config
-from autotune.model.problem import Problem
-from autotune.model.space import load_space
-from autotune.store.repo import TuningStore
-from autotune.tune.backends import SDPA_FAMILY, GpuBackend
-from autotune.tune.search import SearchSettings, rerank_finalists, sdpa_configs, study_name
+from autotune.model import Config, Problem, load_space
+from autotune.store import TuningStore
+from autotune.tune import (
+    SDPA_FAMILY,
+    GpuBackend,
+    SearchSettings,
+    rerank_finalists,
+    sdpa_configs,
+    study_name,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

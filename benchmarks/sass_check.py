@@ -24,11 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from autotune.build.cache import ArtifactCache
-from autotune.build.compiler import lookup
-from autotune.model.config import Config
-from autotune.model.space import load_space
-from autotune.model.target import target_for_arch
+from autotune.build import ArtifactCache, lookup
+from autotune.model import Config, load_space, target_for_arch
 
 WATCHED = {"HGMMA": "wgmma", "HMMA": "mma.sync", "LDL": "local load", "STL": "local store",
            "UTMALDG": "TMA load", "UTMASTG": "TMA store", "USETMAXREG": "setmaxnreg"}
@@ -72,7 +69,7 @@ def main() -> int:
     if args.bench:
         source = json.loads(args.bench.read_text())["rows"]
     else:
-        from autotune.store.repo import TuningStore
+        from autotune.store import TuningStore
 
         source = [{"shape": r.problem.describe(), "config": r.config.as_dict()}
                   for r in TuningStore(args.db).list_best()]

@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotune.cli.table import render_table
-from autotune.model.space import load_space
-from autotune.store.repo import TuningStore
-from autotune.tune.backends import ReplayBackend
-from autotune.tune.search import Progress, SearchSettings, tune_problem
+from autotune.cli import render_table
+from autotune.model import load_space
+from autotune.store import TuningStore
+from autotune.tune import Progress, ReplayBackend, SearchSettings, tune_problem
 
 # name -> search settings besides seed and budget. "tpe" is the default search; the others show
 # what each part of it contributes.

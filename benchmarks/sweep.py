@@ -22,13 +22,10 @@ from typing import Any
 
 import torch
 
-from autotune.build.compiler import compile_many
-from autotune.build.toolchain import family_source_hash, toolchain
-from autotune.measure import trial
-from autotune.measure.gpu_tasks import describe_device, time_sdpa
-from autotune.model.problem import Problem
-from autotune.model.space import load_space
-from autotune.model.target import default_target
+from autotune.build import compile_many, family_source_hash
+from autotune.build import current_toolchain as toolchain
+from autotune.measure import describe_device, evaluate, time_sdpa
+from autotune.model import Problem, default_target, load_space
 
 # (dtype, D, causal, B, Hq, Hkv, L): shapes of the llm-prefill set, both dtypes, GQA included.
 SHAPES = [
@@ -52,7 +49,7 @@ def sweep_shape(problem: Problem, rounds: int, round_ms: float, limit: int | Non
     device = torch.cuda.current_device()
     rows: list[dict[str, Any]] = []
     for build in compile_many(configs, target):
-        result = trial.evaluate(problem, build, rounds=rounds, round_ms=round_ms, device=device)
+        result = evaluate(problem, build, rounds=rounds, round_ms=round_ms, device=device)
         row: dict[str, Any] = {"name": build.name, "config": build.config.as_dict(),
                                "status": result.status}
         if build.ptxas:

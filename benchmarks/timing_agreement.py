@@ -68,10 +68,10 @@ def from_bench(files: list[str], agreement_json: str, merged: str | None) -> int
 
 def main() -> int:
     import autotune
-    from autotune.cli.bench import bench_problem, geomean, summarize
-    from autotune.model.shapes import load_shape_set
-    from autotune.runtime.dispatch import device_info
-    from autotune.store.repo import TuningStore
+    from autotune.cli import bench_problem, geomean, summarize
+    from autotune.model import load_shape_set
+    from autotune.runtime import device_info
+    from autotune.store import TuningStore
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--db")

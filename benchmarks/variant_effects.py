@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from autotune.model.shapes import load_shape_set
-from autotune.store.repo import TuningStore
+from autotune.model import load_shape_set
+from autotune.store import TuningStore
 
 Pick = Callable[[dict[str, Any]], bool]
 COLUMNS: list[tuple[str, Pick]] = [

@@ -25,18 +25,11 @@ from typing import Any
 
 import torch
 
-from autotune.build.cache import artifact_key
-from autotune.build.compiler import NVCC_FLAGS, compile_config
-from autotune.build.toolchain import toolchain
-from autotune.launch.kernel import CompiledKernel
-from autotune.measure.gpu_tasks import problem_inputs
-from autotune.measure.reference import reference_attention
-from autotune.measure.sdpa import sdpa_call
-from autotune.measure.timing import measure
-from autotune.model.config import Config
-from autotune.model.problem import Problem
-from autotune.model.space import load_space
-from autotune.model.target import Target, default_target
+from autotune.build import NVCC_FLAGS, artifact_key, compile_config
+from autotune.build import current_toolchain as toolchain
+from autotune.launch import CompiledKernel
+from autotune.measure import measure, problem_inputs, reference_attention, sdpa_call
+from autotune.model import Config, Problem, Target, default_target, load_space
 
 
 def old_kernel(config: Config, cache: Path, old_hash: str, target: Target) -> CompiledKernel:
