@@ -45,6 +45,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_postgres)
 
 
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Collect tests/build (the tests of autotune.build): pytest's default norecursedirs skips
+    every folder named build."""
+    if collection_path == Path(__file__).resolve().parent / "build":
+        return False
+    return None
+
 @pytest.fixture
 def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private cache directory for one test."""

@@ -43,8 +43,8 @@ from autotune.tune.recheck import (
 )
 from autotune.tune.search import SearchSettings, tune_problem
 
-REPO = Path(__file__).resolve().parent.parent
-RECORDED_DB = Path(__file__).parent / "data" / "h200_noregret.db"  # issue 13, a real H200
+REPO = Path(__file__).resolve().parents[2]
+RECORDED_DB = REPO / "tests" / "data" / "h200_noregret.db"  # issue 13, a real H200
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 SETTINGS = SearchSettings(trials=8, seed=0)
 

@@ -27,7 +27,7 @@ from autotune.store.repo import TuningStore
 from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, _Reranked, choose_winner, tune_problem
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)

@@ -1,6 +1,6 @@
 """The kernel family as a search dimension, end to end on the replay backend: the recorded sm80
 sweep of the H200 plus a small synthetic sm90 recording made here, a real SQLite file, the
-CLI, and dispatch (kernel loading stubbed as in test_dispatch.py)."""
+CLI, and dispatch (kernel loading stubbed as in tests/runtime/test_dispatch.py)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from autotune.tune.search import SearchSettings, families_to_search, study_name,
 
 def kernel_settings(**values: object) -> SearchSettings:
     """Settings of a session studying the kernels' search alone: torch SDPA's backends out of
-    the final re-ranking (tests/test_no_regret.py covers them in it)."""
+    the final re-ranking (tests/tune/test_no_regret.py covers them in it)."""
     return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SM80_RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 H200 = target_for_arch(90)
 RECORDED_SM90 = 6  # configs of the synthetic sm90 recording
@@ -68,7 +68,7 @@ def sm90_recording(sm80: dict[str, Any], problem: Problem, *, fastest_us: float,
                        tflops=problem.tflops(us))
         rows.append(row)
     return {"gpu": sm80["gpu"], "device": sm80["device"], "family": "sm90",
-            "command": "synthetic (tests/test_families.py)",
+            "command": "synthetic (tests/tune/test_families.py)",
             "shapes": [{"problem": problem.as_dict(), "flops": problem.flops,
                         "sdpa": shape["sdpa"], "configs": rows}]}
 

@@ -33,7 +33,7 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
     def factory(target_cc: int = 90, **kwargs: Any) -> Dispatcher:
         # The kernels' built-in defaults on untuned problems, as before the no-regret rule
-        # (tests/test_no_regret.py covers the rule itself).
+        # (tests/tune/test_no_regret.py covers the rule itself).
         d = Dispatcher(f"sqlite:///{tmp_path}/user.db", **{"untuned": "kernel", **kwargs})
         target = (target_for_arch(target_cc) if target_cc >= 80
                   else Target(target_cc, 65536, f"sm_{target_cc}"))

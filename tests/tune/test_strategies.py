@@ -1,6 +1,7 @@
 """The search strategies alone (tune/strategies.py), on an in-memory study of the sm80 space and
 a made-up cost per config: what each proposes, what it promises not to propose, when it stops.
-The loop's part (pruning, building, timing, recording) is covered by tests/test_search_replay.py.
+The loop's part (pruning, building, timing, recording) is covered by
+tests/tune/test_search_replay.py.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_strategies_never_compile_time_or_store() -> None:
-    path = Path(__file__).resolve().parents[1] / "autotune" / "tune" / "strategies.py"
+    path = Path(__file__).resolve().parents[2] / "autotune" / "tune" / "strategies.py"
     imported = _imports(path)
     assert imported, "no import found (the test reads the wrong file)"
     forbidden: list[Callable[[str], bool]] = [

@@ -23,7 +23,7 @@ from autotune.store.records import DeviceInfo
 from autotune.store.repo import TuningStore
 from autotune.store.schema import StoreError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")

@@ -30,7 +30,7 @@ from autotune.model.problem import Problem
 from autotune.model.status import Status
 from autotune.tune.backends import GpuBackend, ReplayBackend
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROBLEM = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
 H200 = DeviceDescription(DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0"), 232448)
 ENV = Environment(regime="flushed-alternating-1", torch_version="2.9", sm_clock_mhz=1980.0)

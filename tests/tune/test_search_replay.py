@@ -24,10 +24,10 @@ from autotune.tune.tuning import best_config
 
 def kernel_settings(**values: object) -> SearchSettings:
     """Settings of a session studying the kernels' search alone: torch SDPA's backends out of
-    the final re-ranking (tests/test_no_regret.py covers them in it)."""
+    the final re-ranking (tests/tune/test_no_regret.py covers them in it)."""
     return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECORDING = Path(os.environ.get("CUTE_AUTOTUNE_TEST_RECORDING",
                                 REPO / "tests" / "data" / "sweep_sm80_h200.json"))
 
