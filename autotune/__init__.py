@@ -11,9 +11,9 @@ build, launch, store, SDPA), never the tuner, the GPU worker or Optuna.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ._lazy import lazy_getattr
 from .model.config import Config, InvalidConfig
 from .model.problem import Problem
 from .model.space import Space, families, load_space, supported_families, validate_config
@@ -73,7 +73,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, {name: (module, name) for name, module in _LAZY.items()})

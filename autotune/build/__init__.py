@@ -3,8 +3,9 @@ ptxas resource reports and the content-addressed cubin cache. Imports only `mode
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .cache import ArtifactCache, artifact_key
@@ -61,8 +62,4 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -4,8 +4,9 @@ kernels are called with. Imports `model` and `build`."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .kernel import CompiledKernel
@@ -24,8 +25,4 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
