@@ -48,6 +48,11 @@
 #   bash benchmarks/h200_evidence.sh final13   # issue 13's evidence at the final regime: the
 #                                              # re-ranking, llm-decode, agreement and bench of both
 #                                              # sets, the SDPA dispatch tests, the regret report
+#   bash benchmarks/h200_evidence.sh refactor  # issue 14's Python refactor on the GPU: every GPU
+#                                              # test (sub-spaces sampled, SAMPLE configs each,
+#                                              # through `check` and the typed worker protocol),
+#                                              # a sweep.py smoke (the one trial), README
+#                                              # command 1's demo with an empty database
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -236,6 +241,26 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+refactor)
+  # The shipped configs compile first on all cores (the dispatch tests use them); each step packs
+  # what is done so far into $OUT/refactor.tgz, so a timeout loses only the rest.
+  f=/tmp/refactor; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  pack() { echo "$1 done at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/refactor.tgz" -C /tmp refactor; }
+  python3 -c "import json
+print(json.dumps([r['config'] for r in json.load(open('db/h200.json'))['results']
+                  if r['family'] != 'sdpa']))" > /tmp/shipped.json
+  python3 -m autotune.cli compile --config @/tmp/shipped.json --arch sm_90 --quiet \
+    > "$f/compile_shipped.txt" 2>&1; tail -n 1 "$f/compile_shipped.txt"; pack compile
+  CUTE_AUTOTUNE_GPU_SAMPLE=${SAMPLE:-4} CUTE_AUTOTUNE_EVIDENCE_DIR=$f/checks \
+    timeout "${UNTIL:-330}" python3 -m pytest tests/faults tests/gpu -m gpu -v -rA \
+    > "$f/pytest_gpu.txt" 2>&1; echo "pytest rc $?"; pack pytest
+  timeout 90 python3 benchmarks/sweep.py --family sm80 --shapes 0 --limit 12 \
+    --json "$f/sweep_smoke_sm80.json" > "$f/sweep_smoke_sm80.txt" 2>&1; echo "sweep rc $?"; pack sweep
+  CUTE_AUTOTUNE_DB=sqlite:////tmp/demo.db timeout 150 python3 -m autotune.cli demo \
+    > "$f/demo_h200.txt" 2>&1; echo "demo rc $?"; pack demo
+  grep -E "^(FAILED|ERROR)" "$f/pytest_gpu.txt" | head -20; tail -n 1 "$f/pytest_gpu.txt"
+  tail -n 4 "$f/sweep_smoke_sm80.txt"; tail -n 14 "$f/demo_h200.txt"
   ;;
 final)
   # Each step packs what is done so far into $OUT/final.tgz, so a timeout loses only the rest.
