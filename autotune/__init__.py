@@ -22,6 +22,7 @@ from .model.target import Target, default_target, target_for_arch
 if TYPE_CHECKING:  # imported lazily at run time (__getattr__), typed for checkers here
     from .build.compiler import BuildResult, compile_config, compile_many, lookup
     from .runtime.attention import attention, configure, explain
+    from .runtime.kvcache import attention_with_kvcache
     from .tune.search import FamilyOutcome, SearchSettings, TuneOutcome
     from .tune.tuning import BestAnswer, best_config, tune
 
@@ -37,6 +38,7 @@ __all__ = [
     "Target",
     "TuneOutcome",
     "attention",
+    "attention_with_kvcache",
     "best_config",
     "configure",
     "compile_config",
@@ -58,6 +60,7 @@ __version__ = "0.1.0"
 # custom op), the tuner Optuna; neither should be paid for by `import autotune`.
 _LAZY = {
     "attention": "runtime.attention",
+    "attention_with_kvcache": "runtime.kvcache",
     "explain": "runtime.attention",
     "configure": "runtime.attention",
     "BuildResult": "build.compiler",

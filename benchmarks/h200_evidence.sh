@@ -53,6 +53,10 @@
 #                                              # through `check` and the typed worker protocol),
 #                                              # a sweep.py smoke (the one trial), README
 #                                              # command 1's demo with an empty database
+#   bash benchmarks/h200_evidence.sh decode15  # issue 15's decode family: its GPU tests (KV caches,
+#                                              # splits, packing, append, CUDA graph), the decode
+#                                              # bench beside SDPA and a device copy, and a sample
+#                                              # of its configs through `check` (cubins in .c90pack)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -241,6 +245,22 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+decode15)
+  f=/tmp/decode15; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  pack() { echo "$1 done at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/decode15.tgz" -C /tmp decode15; }
+  timeout 170 python3 -m pytest tests/gpu/test_decode_gpu.py -v -rA > "$f/pytest_decode_gpu.txt" 2>&1
+  echo "pytest rc $?"; pack pytest
+  timeout "${BENCH_S:-260}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
+    --extra --paged > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $?"; pack bench
+  left=$(( ${UNTIL:-540} - ($(date +%s) - t0) ))
+  [ "$left" -gt 40 ] && timeout "$left" python3 -m autotune.cli check --family decode \
+    --head-dim 128 --dtype bf16 --causal both --sample "${SAMPLE:-12}" --seed 15 \
+    --json "$f/decode_check_sample.json" --quiet > "$f/decode_check_sample.txt" 2>&1
+  echo "check rc $?"; pack check
+  grep -E "PASSED|FAILED|ERROR" "$f/pytest_decode_gpu.txt" | grep -v "^PASSED" | cut -c1-150
+  tail -n 3 "$f/pytest_decode_gpu.txt"; tail -n 40 "$f/decode_bench_h200.txt"
+  tail -n 4 "$f/decode_check_sample.txt"
   ;;
 refactor)
   # The shipped configs compile first on all cores (the dispatch tests use them); each step packs

@@ -13,7 +13,8 @@ from pathlib import Path
 INFO_SYMBOL = "cute_autotune_fwd_info"
 _FIELDS = ("abi_version", "family", "head_dim", "dtype", "causal", "block_m", "block_n",
            "threads", "smem_bytes", "persistent", "tma_box_cols", "tma_swizzle_bytes",
-           "tma_box_rows_q", "tma_box_rows_k", "tma_box_rows_v", "tma_box_rows_o")
+           "tma_box_rows_q", "tma_box_rows_k", "tma_box_rows_v", "tma_box_rows_o", "pack_gqa",
+           "split_kv")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class LaunchInfo:
     tma_box_rows_k: int = 0
     tma_box_rows_v: int = 0
     tma_box_rows_o: int = 0
+    # GQA heads packed into a tile's rows; split-KV with a combine entry (the decode family)
+    pack_gqa: int = 0
+    split_kv: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -27,6 +27,8 @@ def static_part(problem: Problem, target: Target) -> bool:
     counts, defaults = [], []
     for family in supported_families(target):
         space = load_space(family)
+        if not space.serves(problem.seqlen_q):
+            continue
         values = problem.space_values()
         total = sum(1 for _ in space.all_configs(values))
         counts.append([family, len(space.valid_configs(target, values)), total,

@@ -13,7 +13,7 @@ from ..build.cubin import read_launch_info
 from ..model.config import Config
 from ..model.problem import Problem
 from .launcher import launcher
-from .tensors import InputError, logical_bhld, operand, read_problem
+from .tensors import InputError, dtype_name, logical_bhld, operand, read_problem
 
 if TYPE_CHECKING:
     import torch
@@ -49,19 +49,76 @@ class CompiledKernel:
     def block_m(self) -> int:
         return int(self._kernel.block_m)
 
+    @property
+    def block_n(self) -> int:
+        return int(self._kernel.block_n)
+
+    @property
+    def split_kv(self) -> bool:
+        """Whether the kernel takes num_splits > 1 and KV caches (the decode family)."""
+        return bool(self._kernel.split_kv)
+
+    @property
+    def pack_gqa(self) -> bool:
+        return bool(self._kernel.pack_gqa)
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                  scale: float | None = None, layout: str = "bhld",
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-                 return_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 return_lse: bool = False, num_splits: int = 1
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention forward on the caller's current stream; returns (out, lse or None).
 
         `out` (same shape and layout as q) and `lse` (fp32 [B, Hq, Lq], contiguous) may be given
         to write into; otherwise they are allocated through torch's caching allocator.
+        `num_splits` > 1 (kernels with split-KV only) splits the keys of each row over that many
+        CTAs, reduced by the kernel's combine entry.
         """
+        problem = read_problem(q, k, v, causal=bool(self.config["causal"]), layout=layout)
+        return self._launch(problem, q, k, v, scale=scale, layout=layout, out=out, lse=lse,
+                            return_lse=return_lse, num_splits=num_splits)
+
+    def with_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                     cache_seqlens: torch.Tensor | None = None,
+                     block_table: torch.Tensor | None = None, scale: float | None = None,
+                     layout: str = "blhd", out: torch.Tensor | None = None,
+                     lse: torch.Tensor | None = None, return_lse: bool = False,
+                     num_splits: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of q against a KV cache (split-KV kernels only), nothing appended: the
+        checked entry is `autotune.attention_with_kvcache` (runtime/kvcache.py), which also
+        validates the cache tensors; this trusts them.
+
+        Contiguous caches are [B, Lk_max, Hkv, D] ("blhd") or [B, Hkv, Lk_max, D] ("bhld");
+        `cache_seqlens` (int32 [B], on the GPU) gives each sequence's length, else all Lk_max.
+        Paged caches are [num_pages, page_size, Hkv, D] in "blhd" ([num_pages, Hkv, page_size,
+        D] in "bhld") with `block_table` (int32 [B, max_pages]).
+        """
+        if not self.split_kv:
+            raise InputError(f"{self.build.name} has no KV-cache entry (not a decode kernel)")
+        kb = logical_bhld(k_cache, layout)
+        qb = logical_bhld(q, layout)
+        pages, page_size, table_stride = 0, 0, 0
+        if block_table is not None:
+            page_size = int(kb.shape[2])
+            pages = int(block_table.shape[1])
+            table_stride = int(block_table.stride(0))
+        seqlen_k = pages * page_size if block_table is not None else int(kb.shape[2])
+        batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
+        problem = Problem(batch, heads_q, int(kb.shape[1]), seqlen_q, seqlen_k, head_dim,
+                          dtype_name(q.dtype), bool(self.config["causal"]))
+        return self._launch(problem, q, k_cache, v_cache, scale=scale, layout=layout, out=out,
+                            lse=lse, return_lse=return_lse, num_splits=num_splits,
+                            seqlens=cache_seqlens, block_table=block_table,
+                            page_size=page_size, table_stride=table_stride)
+
+    def _launch(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                scale: float | None, layout: str, out: torch.Tensor | None,
+                lse: torch.Tensor | None, return_lse: bool, num_splits: int,
+                seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
+                page_size: int = 0, table_stride: int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
-        causal = bool(self.config["causal"])
-        problem = read_problem(q, k, v, causal=causal, layout=layout)
         expected = {key: self.config[key] for key in problem.space_values()}
         if problem.space_values() != expected:
             raise InputError(f"problem {problem.describe()} does not match kernel {expected}")
@@ -84,17 +141,34 @@ class CompiledKernel:
         scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
         if not (math.isfinite(scale) and scale > 0):
             raise InputError(f"scale must be finite and > 0, got {scale}")
-        plan = self.plan(problem, [op.strides for op in ops], scale)
+        if not isinstance(num_splits, int) or num_splits < 1 or (
+                num_splits > 1 and not self.split_kv):
+            raise InputError(f"num_splits must be 1, or >= 1 for a split-KV kernel; got "
+                             f"{num_splits!r}")
+        o_partial = lse_partial = None
+        if num_splits > 1:
+            rows = (num_splits, problem.batch, problem.heads_q, problem.seqlen_q)
+            o_partial = torch.empty((*rows, problem.head_dim), device=q.device,
+                                    dtype=torch.float32)
+            lse_partial = torch.empty(rows, device=q.device, dtype=torch.float32)
+        plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
+                         page_size=page_size, block_table_stride=table_stride)
         plan.launch(ops[0].ptr, ops[1].ptr, ops[2].ptr, ops[3].ptr,
                     0 if lse is None else lse.data_ptr(),
-                    torch.cuda.current_stream(q.device).cuda_stream)
+                    torch.cuda.current_stream(q.device).cuda_stream,
+                    0 if seqlens is None else seqlens.data_ptr(),
+                    0 if block_table is None else block_table.data_ptr(),
+                    0 if o_partial is None else o_partial.data_ptr(),
+                    0 if lse_partial is None else lse_partial.data_ptr())
         return out, lse
 
     def plan(self, problem: Problem, strides: Sequence[tuple[int, int, int]],
-             scale: float) -> Any:
+             scale: float, *, num_splits: int = 1, page_size: int = 0,
+             block_table_stride: int = 0) -> Any:
         """A launch plan (launcher `Plan`) for this problem and these (batch, head, row) element
-        strides of q, k, v, out: `plan.launch(q, k, v, out, lse, stream)` takes addresses."""
+        strides of q, k, v, out: `plan.launch(q, k, v, out, lse, stream)` takes addresses
+        (and, for a KV-cache kernel, the lengths, the block table and the split workspaces)."""
         return self._kernel.plan(
             *strides, problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q,
             problem.seqlen_k, problem.head_dim, _DTYPE_CODES[problem.dtype], problem.causal,
-            scale)
+            scale, num_splits, page_size, block_table_stride)

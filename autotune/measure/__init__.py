@@ -11,7 +11,7 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .gpu_tasks import describe_device, time_sdpa
     from .inputs import problem_inputs
-    from .reference import reference_attention
+    from .reference import reference_attention, reference_with_kvcache
     from .sdpa import accepted_backends, sdpa_call
     from .timing import input_sets_needed, measure
     from .trial import check, evaluate
@@ -29,6 +29,7 @@ __all__ = [
     "measure",
     "problem_inputs",
     "reference_attention",
+    "reference_with_kvcache",
     "sdpa_call",
     "time_sdpa",
 ]
@@ -39,6 +40,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "accepted_backends": ("sdpa", "accepted_backends"),
     "sdpa_call": ("sdpa", "sdpa_call"),
     "reference_attention": ("reference", "reference_attention"),
+    "reference_with_kvcache": ("reference", "reference_with_kvcache"),
     "problem_inputs": ("inputs", "problem_inputs"),
     "describe_device": ("gpu_tasks", "describe_device"),
     "time_sdpa": ("gpu_tasks", "time_sdpa"),

@@ -60,3 +60,46 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
             outs.append(torch.matmul(weights, vf))
             lses.append(lse)
     return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
+
+
+def gather_kv_cache(cache: torch.Tensor, batch_index: int, length: int, *,
+                    block_table: torch.Tensor | None, layout: str) -> torch.Tensor:
+    """The first `length` rows of one sequence of a KV cache, as [1, Hkv, length, D]:
+    contiguous ([B, Lk_max, Hkv, D] in "blhd"), or paged through `block_table`."""
+    import torch
+
+    cb = logical_bhld(cache, layout)  # [B or pages, Hkv, rows, D]
+    if block_table is None:
+        return cb[batch_index:batch_index + 1, :, :length]
+    page_size = cb.shape[2]
+    rows = torch.arange(length, device=cache.device)
+    pages = block_table[batch_index].long()[rows // page_size]
+    return cb[pages, :, rows % page_size].permute(1, 0, 2).unsqueeze(0)
+
+
+def reference_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                           cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
+                           causal: bool, scale: float, layout: str = "blhd"
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, Hq, Lq, D], lse [B, Hq, Lq]) in fp32 of attention against a KV cache, one
+    sequence at a time (the host reads the lengths: this is the reference, not the kernel).
+    A sequence of length 0 gives out = 0 and lse = -inf."""
+    import torch
+
+    qb = logical_bhld(q, layout)
+    batch, heads_q, seqlen_q, head_dim = qb.shape
+    rows = (logical_bhld(k_cache, layout).shape[2] * block_table.shape[1]
+            if block_table is not None else logical_bhld(k_cache, layout).shape[2])
+    lengths = ([int(n) for n in cache_seqlens.tolist()] if cache_seqlens is not None
+               else [rows] * batch)
+    out = torch.zeros(batch, heads_q, seqlen_q, head_dim, device=q.device)
+    lse = torch.full((batch, heads_q, seqlen_q), float("-inf"), device=q.device)
+    for b, length in enumerate(lengths):
+        length = max(0, min(length, rows))
+        if length == 0:
+            continue
+        k = gather_kv_cache(k_cache, b, length, block_table=block_table, layout=layout)
+        v = gather_kv_cache(v_cache, b, length, block_table=block_table, layout=layout)
+        out[b:b + 1], lse[b:b + 1] = reference_attention(qb[b:b + 1], k, v, causal=causal,
+                                                         scale=scale)
+    return out, lse

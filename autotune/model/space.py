@@ -114,6 +114,10 @@ class Space:
             # Which family's built-in default dispatch prefers when several could run a problem
             # that nobody tuned (the highest wins); tuned results choose by measurement instead.
             self.dispatch_priority: int = int(data.get("dispatch_priority", 0))
+            # The longest query a family is meant for (decode: a few tokens); tuning sessions
+            # search it only on problems within. None: any.
+            max_lq = data.get("max_seqlen_q")
+            self.max_seqlen_q: int | None = None if max_lq is None else int(max_lq)
             compiled = self.kind == CUDA
             self.gencode: str = data["gencode"] if compiled else ""
             self.header: str = data["header"] if compiled else ""
@@ -179,6 +183,10 @@ class Space:
     def supports(self, cc: int) -> bool:
         """Whether devices of compute capability `cc` (90 for sm_90) can run this family."""
         return self.min_cc <= cc <= self.max_cc
+
+    def serves(self, seqlen_q: int) -> bool:
+        """Whether problems with `seqlen_q` query rows are what this family is meant for."""
+        return self.max_seqlen_q is None or seqlen_q <= self.max_seqlen_q
 
     def cc_range(self) -> str:
         """The compute capabilities this family runs on, in words: "sm_80 and newer"."""

@@ -98,12 +98,16 @@ class _Reranked:
     study: str
 
 
-def families_to_search(backend: Backend, families: Sequence[str] | None = None) -> list[str]:
+def families_to_search(backend: Backend, families: Sequence[str] | None = None,
+                       problem: Problem | None = None) -> list[str]:
     """The kernel families a session searches: those asked for (each must run on the backend's
-    target), else every family the backend can run there."""
+    target), else every family the backend can run there that is meant for `problem`'s query
+    length (the decode family is not searched on prefill problems unless asked for)."""
     target = backend.target()
     if families is None:
         chosen = backend.families()
+        if problem is not None:
+            chosen = [f for f in chosen if load_space(f).serves(problem.seqlen_q)]
         if not chosen:
             supported = supported_families(target)
             raise ValueError(f"no kernel family to search on {target.name}: "
@@ -131,7 +135,7 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    chosen = families_to_search(backend, families)
+    chosen = families_to_search(backend, families, problem)
     device = backend.device()
     studies = {family: study_name(device, family, problem) for family in chosen}
 

@@ -14,6 +14,8 @@ namespace cute_autotune {
 // Symbol names inside every cubin (extern "C", so they are not mangled).
 #define CUTE_AUTOTUNE_KERNEL_SYMBOL "cute_autotune_fwd"
 #define CUTE_AUTOTUNE_INFO_SYMBOL "cute_autotune_fwd_info"
+// Optional second entry: reduces the fp32 partial results of a split-KV launch (split_kv below).
+#define CUTE_AUTOTUNE_COMBINE_SYMBOL "cute_autotune_combine"
 
 // Written by the traits of the instantiated kernel; autotune/cubin.py reads the same fields
 // from the ELF in this order.
@@ -36,7 +38,15 @@ struct LaunchInfo {
   int tma_box_cols;
   int tma_swizzle_bytes;
   int tma_box_rows_q, tma_box_rows_k, tma_box_rows_v, tma_box_rows_o;
+  // 1: a CTA's block_m rows are (query, head) pairs of one KV head's group, row r being query
+  // r / group of head kv_head * group + r % group, so each K/V tile is read once per group.
+  int pack_gqa;
+  // 1: the kernel takes num_splits > 1 and its cubin carries the combine entry.
+  int split_kv;
 };
+
+// The combine entry: one warp per (batch, head, query) row, kCombineWarps rows per CTA.
+constexpr int kCombineWarps = 4;
 
 // The fields every family fills the same way; each traits adds its schedule and TMA fields.
 constexpr LaunchInfo base_launch_info(int family, int head_dim, DTypeCode dtype, bool causal,
@@ -57,10 +67,17 @@ constexpr LaunchInfo base_launch_info(int family, int head_dim, DTypeCode dtype,
 // Work tiles are (query tile, query head, batch); x carries the query tiles because it has no
 // 65535 limit. A persistent kernel gets min(tiles, resident_ctas) CTAs along x instead, and
 // the kernel's tile scheduler maps a linear tile index back to the same triple.
+// With GQA packing the rows of a work tile run over (query, head of the group) and y over KV
+// heads; with KV splits x runs over (split, query tile), the split being the slower index.
 inline void fwd_grid(const LaunchInfo& info, const FwdParams& p, unsigned resident_ctas,
                      unsigned grid[3]) {
-  const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + info.block_m - 1) / info.block_m);
-  if (info.persistent != 0) {
+  const int64_t rows = int64_t(p.seqlen_q) * (info.pack_gqa != 0 ? p.head_ratio : 1);
+  const unsigned m_blocks = static_cast<unsigned>((rows + info.block_m - 1) / info.block_m);
+  if (info.pack_gqa != 0 || info.split_kv != 0) {
+    grid[0] = m_blocks * unsigned(p.num_splits);
+    grid[1] = static_cast<unsigned>(info.pack_gqa != 0 ? p.heads_kv : p.heads_q);
+    grid[2] = static_cast<unsigned>(p.batch);
+  } else if (info.persistent != 0) {
     const uint64_t tiles = uint64_t(m_blocks) * unsigned(p.heads_q) * unsigned(p.batch);
     grid[0] = static_cast<unsigned>(tiles < resident_ctas ? tiles : resident_ctas);
     grid[1] = 1;
@@ -70,6 +87,12 @@ inline void fwd_grid(const LaunchInfo& info, const FwdParams& p, unsigned reside
     grid[1] = static_cast<unsigned>(p.heads_q);
     grid[2] = static_cast<unsigned>(p.batch);
   }
+}
+
+// Grid of the combine entry: one warp per output row.
+inline unsigned combine_grid(const FwdParams& p) {
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  return static_cast<unsigned>((rows + kCombineWarps - 1) / kCombineWarps);
 }
 
 }  // namespace cute_autotune

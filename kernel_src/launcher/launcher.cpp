@@ -164,19 +164,41 @@ struct Plan {
   FwdParams params{};
   unsigned grid[3] = {0, 0, 0};
   CUfunction function = nullptr;
+  CUfunction combine = nullptr;  // set when params.num_splits > 1
   CUcontext ctx = nullptr;
   LaunchInfo info{};
 
+  // KV-cache operands (fwd_params.h) are optional: 0 for none. With num_splits > 1 the fp32
+  // workspaces o_partial and lse_partial must be given; the combine entry then runs after the
+  // main one on the same stream.
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
-              uintptr_t stream) const {
+              uintptr_t stream, uintptr_t seqlens_k, uintptr_t block_table, uintptr_t o_partial,
+              uintptr_t lse_partial) const {
     FwdParams p = params;
     p.q = reinterpret_cast<const void*>(q);
     p.k = reinterpret_cast<const void*>(k);
     p.v = reinterpret_cast<const void*>(v);
     p.o = reinterpret_cast<void*>(o);
     p.lse = reinterpret_cast<float*>(lse);
+    p.seqlens_k = reinterpret_cast<const int*>(seqlens_k);
+    p.block_table = reinterpret_cast<const int*>(block_table);
+    p.o_partial = reinterpret_cast<float*>(o_partial);
+    p.lse_partial = reinterpret_cast<float*>(lse_partial);
+    if ((p.block_table != nullptr) != (p.page_size_log2 >= 0)) {
+      throw std::invalid_argument("a block table needs a plan made with a page size, and back");
+    }
+    if (p.page_size_log2 < 0) p.page_size_log2 = 0;
+    if (p.num_splits > 1) {
+      if (p.o_partial == nullptr || p.lse_partial == nullptr) {
+        throw std::invalid_argument("num_splits > 1 needs the o_partial and lse_partial workspaces");
+      }
+      submit(function, grid, info.threads, info.smem_bytes, &p, stream);
+      const unsigned combine_grid[3] = {cute_autotune::combine_grid(p), 1, 1};
+      submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream);
+      return;
+    }
     if (info.tma_box_cols == 0) {
-      submit(&p, stream);
+      submit(function, grid, info.threads, info.smem_bytes, &p, stream);
       return;
     }
     // The maps hold the base addresses, so they are encoded for every call (host only, a few
@@ -191,16 +213,16 @@ struct Plan {
     tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
                                   p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
     tma.base = p;
-    submit(&tma, stream);
+    submit(function, grid, info.threads, info.smem_bytes, &tma, stream);
   }
 
  private:
-  void submit(void* kernel_params, uintptr_t stream) const {
+  void submit(CUfunction fn, const unsigned g[3], int threads, int smem, void* kernel_params,
+              uintptr_t stream) const {
     void* args[] = {kernel_params};
     ScopedContext scope(ctx);
-    check(driver().launch_kernel(function, grid[0], grid[1], grid[2], info.threads, 1, 1,
-                                 info.smem_bytes, reinterpret_cast<CUstream>(stream), args,
-                                 nullptr),
+    check(driver().launch_kernel(fn, g[0], g[1], g[2], threads, 1, 1, smem,
+                                 reinterpret_cast<CUstream>(stream), args, nullptr),
           "cuLaunchKernel");
   }
 };
@@ -219,6 +241,10 @@ class Kernel {
     check(d.module_load(&module_, cubin_path.c_str()), "cuModuleLoad");
     check(d.module_get_function(&function_, module_, CUTE_AUTOTUNE_KERNEL_SYMBOL),
           "cuModuleGetFunction(" CUTE_AUTOTUNE_KERNEL_SYMBOL ")");
+    if (info_.split_kv != 0) {
+      check(d.module_get_function(&combine_, module_, CUTE_AUTOTUNE_COMBINE_SYMBOL),
+            "cuModuleGetFunction(" CUTE_AUTOTUNE_COMBINE_SYMBOL ")");
+    }
     CUdeviceptr info_ptr;
     size_t info_bytes = 0;
     check(d.module_get_global(&info_ptr, &info_bytes, module_, CUTE_AUTOTUNE_INFO_SYMBOL),
@@ -279,7 +305,8 @@ class Kernel {
   // torch types), this checks what the kernel was built for.
   Plan plan(py::tuple q_strides, py::tuple k_strides, py::tuple v_strides, py::tuple o_strides,
             int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
-            int dtype, bool causal, double scale) const {
+            int dtype, bool causal, double scale, int num_splits, int page_size,
+            int64_t block_table_stride) const {
     if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
       throw std::invalid_argument(
           "problem (head_dim=" + std::to_string(head_dim) + ", dtype=" + std::to_string(dtype) +
@@ -293,6 +320,15 @@ class Kernel {
     }
     if (!(scale > 0.0) || !std::isfinite(scale)) {
       throw std::invalid_argument("softmax scale must be finite and > 0");
+    }
+    if (num_splits < 1 || (num_splits > 1 && info_.split_kv == 0) || num_splits > 65535) {
+      throw std::invalid_argument("num_splits must be 1, or up to 65535 for a kernel with "
+                                  "split-KV; got " + std::to_string(num_splits));
+    }
+    if (page_size != 0 && (info_.split_kv == 0 || page_size < 1 ||
+                           (page_size & (page_size - 1)) != 0 || block_table_stride < 1)) {
+      throw std::invalid_argument("paged KV needs a decode kernel, a power-of-two page size and "
+                                  "a block table; got page_size " + std::to_string(page_size));
     }
     Plan plan;
     FwdParams& p = plan.params;
@@ -308,8 +344,13 @@ class Kernel {
     p.head_ratio = heads_q / heads_kv;
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // * log2(e)
+    p.num_splits = num_splits;
+    p.block_table_stride = block_table_stride;
+    p.page_size_log2 = -1;  // no pages; launch() checks the table against it
+    for (int s = 0; page_size != 0 && (1 << s) <= page_size; ++s) p.page_size_log2 = s;
     cute_autotune::fwd_grid(info_, p, resident_ctas_, plan.grid);
     plan.function = function_;
+    plan.combine = combine_;
     plan.ctx = ctx_;
     plan.info = info_;
     return plan;
@@ -359,6 +400,7 @@ class Kernel {
   CUcontext ctx_ = nullptr;
   CUmodule module_ = nullptr;  // kept for the life of the process with its Kernel
   CUfunction function_ = nullptr;
+  CUfunction combine_ = nullptr;  // the split-KV combine entry, when LaunchInfo says split_kv
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
 };
@@ -382,14 +424,18 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
       .def_property_readonly("threads", [](const Kernel& k) { return k.info().threads; })
       .def_property_readonly("smem_bytes", [](const Kernel& k) { return k.info().smem_bytes; })
       .def_property_readonly("resident_ctas", &Kernel::resident_ctas)
+      .def_property_readonly("pack_gqa", [](const Kernel& k) { return k.info().pack_gqa != 0; })
+      .def_property_readonly("split_kv", [](const Kernel& k) { return k.info().split_kv != 0; })
       .def("plan", &Kernel::plan, py::arg("q_strides"), py::arg("k_strides"),
            py::arg("v_strides"), py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"),
            py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"),
-           py::arg("dtype"), py::arg("causal"), py::arg("scale"));
+           py::arg("dtype"), py::arg("causal"), py::arg("scale"), py::arg("num_splits") = 1,
+           py::arg("page_size") = 0, py::arg("block_table_stride") = 0);
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("grid", [](const Plan& p) {
         return py::make_tuple(p.grid[0], p.grid[1], p.grid[2]);
       })
       .def("launch", &Plan::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
-           py::arg("lse"), py::arg("stream"));
+           py::arg("lse"), py::arg("stream"), py::arg("seqlens_k") = 0,
+           py::arg("block_table") = 0, py::arg("o_partial") = 0, py::arg("lse_partial") = 0);
 }

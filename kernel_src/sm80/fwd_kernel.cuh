@@ -13,11 +13,11 @@
 #include "../common/epilogue.h"
 #include "../common/launch_info.h"
 #include "../common/mask.h"
+#include "../common/sm80_mma.h"
 #include "../common/softmax.h"
 #include "../common/tile_scheduler.h"
 #include "../fwd_params.h"
 #include "traits.cuh"
-#include "utils.cuh"
 
 namespace cute_autotune::sm80 {
 

@@ -67,12 +67,27 @@ def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[Build
         derived = space.derived_values(result.config, H200)
         config = result.config
         assert info == result.launch_info
-        assert (info.abi_version, info.family, info.persistent, info.tma_box_cols) == (2, 80, 0, 0)
+        assert (info.abi_version, info.family, info.persistent, info.tma_box_cols) == (3, 80, 0, 0)
+        assert (info.pack_gqa, info.split_kv) == (0, 0)
         assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
         assert (info.block_m, info.block_n, info.head_dim) == (
             config["block_m"], config["block_n"], config["head_dim"])
         assert info.dtype == {"fp16": 0, "bf16": 1}[str(config["dtype"])]
         assert info.causal == int(bool(config["causal"]))
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool) -> None:
+    space = load_space("decode")
+    config = space.config(head_dim=128, dtype="bf16", causal=pack, block_m=16, block_n=64,
+                          num_warps=2, kv_stages=2, pack_gqa=pack)
+    result = compile_config(config, H200, ArtifactCache(tmp_path))
+    assert result.ok and result.cubin is not None, result.message
+    info = read_launch_info(result.cubin)
+    derived = space.derived_values(config, H200)
+    assert (info.abi_version, info.split_kv, info.pack_gqa) == (3, 1, int(pack))
+    assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
+    assert b"cute_autotune_combine" in result.cubin.read_bytes()
 
 
 def test_cache_hit_and_miss(built: tuple[Path, list[BuildResult]],

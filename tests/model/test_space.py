@@ -105,8 +105,10 @@ def test_space_file_errors_are_reported() -> None:
                "constraints": [{"expr": "b > 1", "message": "m"}]})
 
 
-@pytest.mark.parametrize("cc, expected", [(75, []), (80, ["sm80"]), (86, ["sm80"]),
-                                          (90, ["sm80", "sm90"]), (100, ["sm80"])])
+@pytest.mark.parametrize("cc, expected", [(75, []), (80, ["decode", "sm80"]),
+                                          (86, ["decode", "sm80"]),
+                                          (90, ["decode", "sm80", "sm90"]),
+                                          (100, ["decode", "sm80"])])
 def test_families_a_target_supports_come_from_the_space_files(cc: int,
                                                                expected: list[str]) -> None:
     assert supported_families(cc) == expected

@@ -1,13 +1,13 @@
-// Small device helpers of the sm80 family: predicated tile copies, the accumulator of S seen as
-// the A operand of P V, type conversion, and the GEMM loop (the views and collectives that the
-// families share are in common/).
+// Device helpers of the families on the SM80 instruction path (mma.sync m16n8k16, ldmatrix,
+// cp.async): sm80 and decode. Predicated tile copies, the accumulator of S seen as the A
+// operand of P V, type conversion, and the GEMM loop.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
 
-namespace cute_autotune::sm80 {
+namespace cute_autotune {
 
 using namespace cute;
 
@@ -85,4 +85,4 @@ __forceinline__ __device__ void gemm_rs(Acc& acc, FragA const& tCrA, FragB& tCrB
   }
 }
 
-}  // namespace cute_autotune::sm80
+}  // namespace cute_autotune

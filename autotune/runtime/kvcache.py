@@ -1,0 +1,209 @@
+"""`attention_with_kvcache`: decode attention against the KV caches serving engines hold.
+
+Caches are contiguous ([B, Lk_max, Hkv, D] in layout "blhd", FlashAttention's; [B, Hkv, Lk_max,
+D] in "bhld") or paged ([num_pages, page_size, Hkv, D] with a block table [B, max_pages], the
+layout vLLM and FlashInfer use). `cache_seqlens` (int32 [B], on the GPU) gives each sequence's
+length; it is never read on the host (that would synchronise), so the launch depends only on the
+shapes. New tokens `k_new`/`v_new` are written into the caches at `cache_seqlens` first (torch
+index writes on the caller's stream), then attended to, as `flash_attn_with_kvcache` does.
+
+The kernel is a decode-family config (search_spaces/decode.toml): the one given, else the
+family's untuned default for the head dim. `num_splits` (the KV splits, a launch-time argument
+of the same binary) is the one given, else enough splits for two CTAs per SM.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..build.compiler import compile_config
+from ..launch.kernel import CompiledKernel
+from ..launch.tensors import LAYOUTS, InputError, dtype_name, logical_bhld
+from ..model.config import Config
+from ..model.space import load_space
+from ..model.target import target_for_device
+
+if TYPE_CHECKING:
+    import torch
+
+FAMILY = "decode"
+MAX_SPLITS = 128
+
+_kernels: dict[tuple[str, int], CompiledKernel] = {}
+_sm_counts: dict[int, int] = {}
+_lock = threading.Lock()
+
+
+def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+           cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
+           layout: str) -> None:
+    """Raise InputError for inputs no decode kernel can take, naming the argument."""
+    import torch
+
+    if layout not in LAYOUTS:
+        raise InputError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise InputError(f"{name} must be a 4-D tensor ({layout})")
+        if t.device != q.device or t.dtype != q.dtype:
+            raise InputError(f"{name} must share q's device and dtype ({q.device}, {q.dtype}); "
+                             f"got {t.device}, {t.dtype}")
+    dtype_name(q.dtype)
+    if k_cache.shape != v_cache.shape:
+        raise InputError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} "
+                         f"and {tuple(v_cache.shape)}")
+    qb, kb = logical_bhld(q, layout), logical_bhld(k_cache, layout)
+    batch, heads_q, _, head_dim = qb.shape
+    _, heads_kv, rows, kv_dim = kb.shape
+    if kv_dim != head_dim or heads_kv < 1 or heads_q % heads_kv:
+        raise InputError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} ({layout}) "
+                         "need one head dim and query heads a multiple of KV heads")
+    for name, index in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if index is not None and (not isinstance(index, torch.Tensor)
+                                  or index.dtype != torch.int32 or index.device != q.device):
+            raise InputError(f"{name} must be an int32 tensor on {q.device}")
+    if cache_seqlens is not None and (cache_seqlens.shape != (batch,)
+                                      or cache_seqlens.stride(0) != 1):
+        raise InputError(f"cache_seqlens must be a contiguous [B] = [{batch}] tensor, got "
+                         f"shape {tuple(cache_seqlens.shape)}")
+    if block_table is not None:
+        if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.stride(1) != 1:
+            raise InputError(f"block_table must be [B, max_pages] = [{batch}, n] with "
+                             f"contiguous rows, got shape {tuple(block_table.shape)}")
+        if rows < 1 or rows & (rows - 1):
+            raise InputError(f"page_size (the cache's row dim, {rows}) must be a power of two")
+    elif kb.shape[0] != batch:
+        raise InputError(f"a contiguous cache has q's batch ({batch}) first, got "
+                         f"{tuple(k_cache.shape)}")
+    if (k_new is None) != (v_new is None):
+        raise InputError("k_new and v_new come together")
+    if k_new is not None and v_new is not None:
+        if cache_seqlens is None:
+            raise InputError("appending k_new/v_new needs cache_seqlens (where to write)")
+        for name, t in (("k_new", k_new), ("v_new", v_new)):
+            if t.dim() != 4 or t.device != q.device or t.dtype != q.dtype:
+                raise InputError(f"{name} must be 4-D ({layout}) on q's device and dtype")
+            nb = logical_bhld(t, layout)
+            if nb.shape[0] != batch or nb.shape[1] != heads_kv or nb.shape[3] != head_dim:
+                raise InputError(f"{name} must be [B, L_new, Hkv, D] ({layout}); got "
+                                 f"{tuple(t.shape)}")
+
+
+def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
+            v_new: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
+            layout: str) -> torch.Tensor:
+    """Write the new rows at each sequence's end (device-side indices, no host sync); returns
+    the lengths after the append. Rows past the cache's capacity fail torch's device-side
+    bounds check rather than land elsewhere."""
+    import torch
+
+    kn = logical_bhld(k_new, layout)
+    batch, heads_kv, new, _ = kn.shape
+    device = k_cache.device
+    pos = cache_seqlens.long()[:, None] + torch.arange(new, device=device)[None, :]  # [B, new]
+    b_idx = torch.arange(batch, device=device)[:, None, None]
+    h_idx = torch.arange(heads_kv, device=device)[None, :, None]
+    if block_table is None:
+        where = (b_idx, h_idx, pos[:, None, :])
+    else:
+        page_size = logical_bhld(k_cache, layout).shape[2]
+        page = torch.gather(block_table.long(), 1, pos // page_size)
+        where = (page[:, None, :], h_idx, (pos % page_size)[:, None, :])
+    for cache, rows in ((k_cache, k_new), (v_cache, v_new)):
+        logical_bhld(cache, layout).index_put_(where, logical_bhld(rows, layout))
+    return (cache_seqlens + new).to(torch.int32)
+
+
+def _sm_count(device: int) -> int:
+    import torch
+
+    if device not in _sm_counts:
+        _sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sm_counts[device]
+
+
+def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv: int,
+                   seqlen_q: int, seqlen_k: int) -> int:
+    """The untuned KV split count: enough splits for two CTAs per SM, never more than the key
+    tiles of the longest sequence."""
+    group = heads_q // heads_kv if kernel.pack_gqa else 1
+    m_blocks = math.ceil(seqlen_q * group / kernel.block_m)
+    ctas = m_blocks * (heads_kv if kernel.pack_gqa else heads_q) * batch
+    tiles = max(1, math.ceil(seqlen_k / kernel.block_n))
+    wanted = math.ceil(2 * _sm_count(kernel.device) / ctas)
+    return max(1, min(wanted, tiles, MAX_SPLITS))
+
+
+def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: bool,
+                  device: int) -> CompiledKernel:
+    """The loaded decode kernel of `config` (or the family's default for the problem),
+    compiled on first use."""
+    space = load_space(FAMILY)
+    values: dict[str, int | str | bool] = {"head_dim": head_dim, "dtype": dtype,
+                                           "causal": causal}
+    if config is None:
+        config = space.heuristic(values)
+        if config is None:
+            raise InputError(f"the decode family has no default for head_dim {head_dim}")
+    config = space.validate(config)
+    if config.family != FAMILY or any(config[key] != value for key, value in values.items()):
+        raise InputError(f"config {config.to_json()} does not fit this problem {values}")
+    key = (config.digest, device)
+    with _lock:
+        kernel = _kernels.get(key)
+    if kernel is None:
+        build = compile_config(config, target_for_device(device))
+        if not build.ok:
+            raise InputError(f"{space.name_of(config)} did not build: {build.status}: "
+                             f"{build.message}")
+        kernel = CompiledKernel(build, device)
+        with _lock:
+            kernel = _kernels.setdefault(key, kernel)
+    return kernel
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                           k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
+                           cache_seqlens: torch.Tensor | None = None,
+                           block_table: torch.Tensor | None = None, causal: bool = False,
+                           scale: float | None = None, return_lse: bool = False,
+                           layout: str = "blhd", num_splits: int | None = None,
+                           config: Config | None = None) -> Any:
+    """softmax(scale * Q K^T [+ causal mask]) V of q (Lq a few tokens) against KV caches.
+
+    q: [B, Lq, Hq, D] ("blhd") or [B, Hq, Lq, D] ("bhld"). Causal masking aligns each
+    sequence's queries to the end of its keys (after the append). A sequence of length 0 gives
+    O = 0 and LSE = -inf. Returns out (q's layout), and with return_lse the fp32 LSE
+    [B, Hq, Lq]. Runs on the caller's current stream without synchronising, so it can be
+    captured in a CUDA graph once the kernel is loaded.
+    """
+    _check(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
+    if q.device.type != "cuda":
+        raise InputError(f"attention_with_kvcache runs on a CUDA device; q is on {q.device}")
+    if not isinstance(causal, bool):
+        raise InputError(f"causal must be a bool, got {causal!r}")
+    if scale is not None and not (isinstance(scale, int | float) and math.isfinite(scale)
+                                  and scale > 0):
+        raise InputError(f"scale must be a finite number > 0, got {scale!r}")
+    qb = logical_bhld(q, layout)
+    batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
+    kb = logical_bhld(k_cache, layout)
+    heads_kv = int(kb.shape[1])
+    seqlen_k = (int(block_table.shape[1]) * int(kb.shape[2]) if block_table is not None
+                else int(kb.shape[2]))
+    device = q.device.index or 0
+    kernel = decode_kernel(config, head_dim=head_dim, dtype=dtype_name(q.dtype),
+                           causal=causal, device=device)
+    if k_new is not None and v_new is not None and cache_seqlens is not None:
+        cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                                layout)
+    if num_splits is None:
+        num_splits = default_splits(kernel, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
+                                    seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    out, lse = kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
+                                   block_table=block_table, scale=scale, layout=layout,
+                                   return_lse=return_lse, num_splits=num_splits)
+    return (out, lse) if return_lse else out

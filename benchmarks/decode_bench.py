@@ -1,0 +1,258 @@
+"""The decode family against torch SDPA's default on decode shapes, in effective bandwidth.
+
+    python benchmarks/decode_bench.py --json OUT.json [--shapes llm-decode] [--extra] [--paged]
+
+Per problem: a short search over a few decode configs x KV split counts (the flushed-alternating
+regime of `autotune.measure.measure`, short rounds), then the plain alternating-call check of the
+winner beside SDPA's default (ours, SDPA, ours, SDPA ..., L2 flushed before each call, median).
+Effective bandwidth = bytes of K and V for the valid lengths + Q read + O written, over time. A
+device-to-device copy of 4 GiB is timed in the same run; the roofline of a problem is
+min(680 TFLOP/s, group x Lq FLOP per byte x the copy bandwidth). Caches are contiguous
+[B, Lk, Hkv, D] ("blhd"), SDPA gets contiguous [B, H, L, D]; with --paged the same problem is
+also run on a paged cache (pages of 16 and 64, shuffled) with the winner's config.
+
+The search here is the stand-in for tuning the family until the tuner searches split counts:
+its winners are what this script reports, not what dispatch would pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from autotune.measure import measure, sdpa_call
+from autotune.model import Config, Problem, load_shape_set
+from autotune.runtime import decode_kernel, default_splits
+
+# Off the llm-decode grid: a few query tokens (speculative decoding), GQA 16, MQA.
+EXTRA = [
+    Problem(8, 32, 8, 4, 32768, 128, "bf16", True),
+    Problem(1, 32, 8, 8, 32768, 128, "bf16", True),
+    Problem(8, 128, 8, 1, 8192, 128, "bf16", False),
+    Problem(8, 128, 8, 16, 8192, 128, "bf16", True),
+    Problem(16, 32, 1, 1, 16384, 128, "bf16", False),
+]
+PAGED = [Problem(8, 32, 8, 1, 32768, 128, "bf16", False),
+         Problem(8, 32, 8, 16, 32768, 128, "bf16", True)]
+
+# (block_m, block_n, num_warps, kv_stages, pack_gqa)
+CANDIDATES = [(16, 128, 4, 3, True), (16, 64, 4, 4, True), (32, 128, 4, 3, True),
+              (16, 256, 8, 2, True), (64, 64, 4, 2, True), (16, 128, 4, 3, False)]
+
+
+def configs_for(problem: Problem) -> list[Config]:
+    from autotune.model import load_space
+
+    space = load_space("decode")
+    out = []
+    for bm, bn, warps, stages, pack in CANDIDATES:
+        config = Config.make("decode", {**problem.space_values(), "block_m": bm, "block_n": bn,
+                                        "num_warps": warps, "kv_stages": stages,
+                                        "pack_gqa": pack})
+        try:
+            space.validate(config)
+        except ValueError:
+            continue
+        if not space.violations(config, _target()):
+            out.append(config)
+    return out
+
+
+def _target() -> Any:
+    from autotune.model import target_for_arch
+
+    cc = torch.cuda.get_device_capability()
+    return target_for_arch(cc[0] * 10 + cc[1])
+
+
+def copy_tb_per_s() -> float:
+    """Read + write bytes per second of a 4 GiB device-to-device copy (median of 20)."""
+    src = torch.empty(2 << 30, dtype=torch.int16, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(23):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    return float(2 * (4 << 30) / statistics.median(times[3:]) / 1e12)
+
+
+def paged(caches: tuple[torch.Tensor, ...], page_size: int, seed: int
+          ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Caches [B, L, H, D] as pages [B * L / page_size, page_size, H, D] in one shuffled
+    order, and the block table [B, L / page_size] that finds them."""
+    batch, length, heads, dim = caches[0].shape
+    per_seq = length // page_size
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(batch * per_seq, generator=gen).to(caches[0].device)
+    out = []
+    for cache in caches:
+        pages = torch.empty(batch * per_seq, page_size, heads, dim, device=cache.device,
+                            dtype=cache.dtype)
+        pages[order] = cache.reshape(batch * per_seq, page_size, heads, dim)
+        out.append(pages)
+    return out, order.view(batch, per_seq).to(torch.int32)
+
+
+def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict[str, Any]]:
+    dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
+    b, hq, hkv, lq, lk, d = (problem.batch, problem.heads_q, problem.heads_kv,
+                             problem.seqlen_q, problem.seqlen_k, problem.head_dim)
+    q = torch.randn(b, lq, hq, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, lk, hkv, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, lk, hkv, d, device="cuda", dtype=dtype)
+    q_s, k_s, v_s = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    sdpa = sdpa_call("default", q_s, k_s, v_s, causal=problem.causal)
+
+    # Search: configs x split counts, short rounds.
+    candidates: dict[str, Callable[[], torch.Tensor]] = {}
+    for config in configs_for(problem):
+        kernel = decode_kernel(config, head_dim=d, dtype=problem.dtype, causal=problem.causal,
+                               device=0)
+        base = default_splits(kernel, batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=lq,
+                              seqlen_k=lk)
+        tiles = math.ceil(lk / kernel.block_n)
+        for splits in sorted({1, max(1, base // 2), base, min(tiles, 2 * base)}):
+            name = f"{config.to_json()}|{splits}"
+            candidates[name] = partial(_first, kernel.with_kvcache, q, k, v,
+                                       num_splits=splits)
+    search = measure({n: partial(_ignore_set, f) for n, f in candidates.items()}, rounds=2,
+                     round_ms=4.0, warmup_ms=20.0, min_calls=15, max_calls=60)
+    best = min(search, key=lambda n: search[n].median_us)
+    ours = candidates[best]
+    config_json, best_splits = best.rsplit("|", 1)
+
+    # Correctness of the winner against SDPA (fp32 SDPA would not fit the largest caches).
+    got = ours().float()
+    want = sdpa().transpose(1, 2).float()
+    rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+
+    final = alternating({"ours": ours, "sdpa": sdpa})
+    # The roofline: min(680 TFLOP/s, FLOP per byte x the copy bandwidth), as a time.
+    roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
+    rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline_us,
+                config_json, int(best_splits), rel, search[best].median_us)]
+    if with_pages:
+        kernel = decode_kernel(Config.from_json(config_json), head_dim=d, dtype=problem.dtype,
+                               causal=problem.causal, device=0)
+        for page_size in (16, 64):
+            (k_p, v_p), table = paged((k, v), page_size, page_size)
+
+            def paged_call(k_p: torch.Tensor = k_p, v_p: torch.Tensor = v_p,
+                           table: torch.Tensor = table) -> torch.Tensor:
+                return kernel.with_kvcache(q, k_p, v_p, block_table=table,
+                                           num_splits=int(best_splits))[0]
+
+            diff = float((paged_call().float() - got).abs().max())
+            t = alternating({"paged": paged_call, "ours": ours, "sdpa": sdpa})
+            rows.append(row(problem, f"paged{page_size}", t["paged"], t["sdpa"], copy_bw,
+                            roofline_us, config_json, int(best_splits), rel, None,
+                            contiguous_us=t["ours"], paged_max_diff=diff))
+            del k_p, v_p
+    return rows
+
+
+def _ignore_set(call: Callable[[], Any], _input_set: int) -> Any:
+    return call()
+
+
+def _first(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return call(*args, **kwargs)[0]
+
+
+def alternating(calls: dict[str, Any], n: int = 41) -> dict[str, float]:
+    """The plain alternating-call check: fixed order, L2 flushed before each call, medians."""
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    for f in calls.values():
+        f()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    pending = []
+    for _ in range(n):
+        for name, f in calls.items():
+            flush.zero_()
+            torch.cuda._sleep(50_000)  # the host enqueues the call before its start event fires
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            f()
+            end.record()
+            pending.append((name, start, end))
+    torch.cuda.synchronize()
+    for name, start, end in pending:
+        times[name].append(start.elapsed_time(end) * 1e3)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def row(problem: Problem, kind: str, ours_us: float, sdpa_us: float, copy_bw: float,
+        roofline_us: float, config: str, splits: int, rel: float, search_us: float | None,
+        **extra: Any) -> dict[str, Any]:
+    return {"problem": problem.as_dict(), "shape": problem.describe(), "cache": kind,
+            "ours_us": round(ours_us, 2), "sdpa_us": round(sdpa_us, 2),
+            "ours_tb_s": round(problem.bytes / ours_us / 1e6, 3),
+            "sdpa_tb_s": round(problem.bytes / sdpa_us / 1e6, 3),
+            "copy_tb_s": round(copy_bw, 3), "speedup": round(sdpa_us / ours_us, 3),
+            "roofline_fraction": round(roofline_us / ours_us, 3), "config": json.loads(config),
+            "num_splits": splits, "rel_err_vs_sdpa": rel, "search_us": search_us, **extra}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--shapes", default="llm-decode")
+    parser.add_argument("--extra", action="store_true", help="also the EXTRA problems")
+    parser.add_argument("--paged", action="store_true", help="paged caches on the PAGED problems")
+    parser.add_argument("--limit", type=int, help="first N problems only")
+    args = parser.parse_args()
+    problems = load_shape_set(args.shapes)
+    problems = (problems[:args.limit] if args.limit else problems) + (
+        EXTRA if args.extra else [])
+    copy_bw = copy_tb_per_s()
+    print(f"device copy: {copy_bw:.2f} TB/s (read + write)", flush=True)
+    rows: list[dict[str, Any]] = []
+    t0 = time.time()
+    todo = ([(p, False) for p in problems[:len(problems) - len(EXTRA if args.extra else [])]]
+            + ([(p, True) for p in PAGED] if args.paged else [])
+            + [(p, False) for p in (EXTRA if args.extra else [])])
+    for problem, with_pages in todo:
+        for r in run_problem(problem, copy_bw, with_pages):
+            if with_pages and r["cache"] == "contiguous":
+                continue  # already in the table from the shape set
+            rows.append(r)
+            print(f"{r['shape']:<40} {r['cache']:<10} ours {r['ours_tb_s']:6.2f} TB/s  "
+                  f"SDPA {r['sdpa_tb_s']:6.2f}  x{r['speedup']:5.2f}  roof "
+                  f"{r['roofline_fraction']:.2f}  splits {r['num_splits']:3d}  "
+                  f"rel {r['rel_err_vs_sdpa']:.1e}  [{time.time() - t0:.0f} s]", flush=True)
+        torch.cuda.empty_cache()
+        summary = write(args.json, rows, copy_bw)  # after every problem: a timeout keeps them
+    print(f"geomean x{summary['geomean_speedup']:.3f} over {summary['problems']} problems, "
+          f"worst x{summary['worst_speedup']:.3f}")
+    return 0
+
+
+def write(path: str, rows: list[dict[str, Any]], copy_bw: float) -> dict[str, Any]:
+    contiguous = [r for r in rows if r["cache"] == "contiguous"]
+    geo = math.exp(statistics.fmean(math.log(r["speedup"]) for r in contiguous))
+    summary = {"copy_tb_s": copy_bw, "geomean_speedup": geo,
+               "worst_speedup": min(r["speedup"] for r in contiguous),
+               "problems": len(contiguous), "command": " ".join(sys.argv),
+               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "cudnn": torch.backends.cudnn.version()}
+    with open(path, "w") as f:
+        json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())

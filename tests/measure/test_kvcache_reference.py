@@ -1,0 +1,42 @@
+"""The KV-cache reference on the CPU: a paged cache with shuffled pages, a padded cache with
+per-sequence lengths and the plain reference on the sliced tensors all give one answer, and
+the NaN in slots no sequence holds never reaches it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from autotune.measure.reference import reference_attention, reference_with_kvcache
+
+from ..kvcache_cases import KVCase, make_kv_inputs
+
+
+@pytest.mark.parametrize("layout", ["blhd", "bhld"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_padded_and_sliced_agree(layout: str, causal: bool) -> None:
+    base = dict(batch=3, heads_q=8, heads_kv=2, seqlen_q=4, capacity=64, lengths=(0, 13, 64),
+                head_dim=32, dtype="fp16", causal=causal, layout=layout)
+    padded = make_kv_inputs(KVCase(**base), "cpu", 5)  # type: ignore[arg-type]
+    paged = make_kv_inputs(KVCase(**base, page_size=16), "cpu", 5)  # type: ignore[arg-type]
+    scale = 1 / math.sqrt(32)
+    out_a, lse_a = reference_with_kvcache(padded.q, padded.k_cache, padded.v_cache,
+                                          cache_seqlens=padded.cache_seqlens, block_table=None,
+                                          causal=causal, scale=scale, layout=layout)
+    out_b, lse_b = reference_with_kvcache(paged.q, paged.k_cache, paged.v_cache,
+                                          cache_seqlens=paged.cache_seqlens,
+                                          block_table=paged.block_table, causal=causal,
+                                          scale=scale, layout=layout)
+    assert paged.block_table is not None
+    assert sorted(paged.block_table.flatten().tolist()) != paged.block_table.flatten().tolist()
+    assert torch.isfinite(out_a).all() and torch.equal(out_a, out_b)
+    assert torch.equal(lse_a, lse_b)
+    assert (out_a[0] == 0).all() and torch.isneginf(lse_a[0]).all()  # length 0
+    qb = padded.q if layout == "bhld" else padded.q.transpose(1, 2)
+    kb = padded.k_cache if layout == "bhld" else padded.k_cache.transpose(1, 2)
+    vb = padded.v_cache if layout == "bhld" else padded.v_cache.transpose(1, 2)
+    ref, ref_lse = reference_attention(qb[1:2], kb[1:2, :, :13], vb[1:2, :, :13], causal=causal,
+                                       scale=scale)
+    assert torch.equal(out_a[1:2], ref) and torch.equal(lse_a[1:2], ref_lse)

@@ -1,0 +1,58 @@
+"""attention_with_kvcache without a GPU: the append writes each sequence's new rows where
+its length says (contiguous and paged caches alike, device-side indices), and inputs no decode
+kernel can take are refused with the argument named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.launch.tensors import InputError
+from autotune.runtime.kvcache import _append, _check, attention_with_kvcache
+
+from ..kvcache_cases import KVCase, make_kv_inputs
+
+
+@pytest.mark.parametrize("layout", ["blhd", "bhld"])
+@pytest.mark.parametrize("page_size", [0, 8])
+def test_append_writes_at_each_sequence_end(layout: str, page_size: int) -> None:
+    case = KVCase(batch=3, heads_q=4, heads_kv=2, seqlen_q=1, capacity=32, lengths=(2, 20, 32),
+                  head_dim=16, dtype="fp16", page_size=page_size, layout=layout, new=2)
+    inputs = make_kv_inputs(case, "cpu", 1)
+    assert inputs.cache_seqlens is not None and inputs.k_new is not None
+    assert inputs.v_new is not None
+    lengths = _append(inputs.k_cache, inputs.v_cache, inputs.k_new, inputs.v_new,
+                      inputs.cache_seqlens, inputs.block_table, layout)
+    assert lengths.dtype == torch.int32 and lengths.tolist() == [2, 20, 32]
+    from autotune.measure.reference import gather_kv_cache
+
+    for b, n in enumerate(lengths.tolist()):
+        for cache, new in ((inputs.k_cache, inputs.k_new), (inputs.v_cache, inputs.v_new)):
+            rows = gather_kv_cache(cache, b, n, block_table=inputs.block_table, layout=layout)
+            expect = (new if layout == "bhld" else new.transpose(1, 2))[b]
+            assert torch.equal(rows[0, :, n - 2:n], expect)  # the new rows, at the end
+            assert not torch.isnan(rows).any()  # and everything before them was held
+
+
+def test_bad_inputs_name_the_argument() -> None:
+    case = KVCase(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16, lengths=(3, 4),
+                  head_dim=16, dtype="fp16", page_size=8)
+    x = make_kv_inputs(case, "cpu", 2)
+    with pytest.raises(InputError, match="CUDA"):
+        attention_with_kvcache(x.q, x.k_cache, x.v_cache, cache_seqlens=x.cache_seqlens,
+                               block_table=x.block_table)
+    cases = {
+        "cache_seqlens": dict(cache_seqlens=torch.tensor([3, 4])),  # int64
+        "block_table": dict(block_table=x.block_table[:, :1].t().contiguous()),
+        "k_new and v_new": dict(k_new=x.q),
+        "layout": dict(layout="bshd"),
+    }
+    for needle, changes in cases.items():
+        args = dict(k_new=None, v_new=None, cache_seqlens=x.cache_seqlens,
+                    block_table=x.block_table, layout="blhd")
+        args.update(changes)
+        with pytest.raises(InputError, match=needle):
+            _check(x.q, x.k_cache, x.v_cache, **args)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="power of two"):
+        _check(x.q, x.k_cache[:, :6], x.v_cache[:, :6], None, None, x.cache_seqlens,
+               x.block_table, "blhd")
