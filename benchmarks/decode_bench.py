@@ -31,7 +31,7 @@ import torch
 
 from autotune.measure import measure, sdpa_call
 from autotune.model import Config, Problem, load_shape_set
-from autotune.runtime import decode_kernel, default_splits
+from autotune.runtime import decode_kernel
 
 # Off the llm-decode grid: a few query tokens (speculative decoding), GQA 16, MQA.
 EXTRA = [
@@ -44,27 +44,31 @@ EXTRA = [
 PAGED = [Problem(8, 32, 8, 1, 32768, 128, "bf16", False),
          Problem(8, 32, 8, 16, 32768, 128, "bf16", True)]
 
+SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the space's num_splits values
+WIDE = False  # --wide
 # (block_m, block_n, num_warps, kv_stages, pack_gqa)
 CANDIDATES = [(16, 128, 4, 3, True), (16, 64, 4, 4, True), (32, 128, 4, 3, True),
               (16, 256, 8, 2, True), (64, 64, 4, 2, True), (16, 128, 4, 3, False)]
 
 
-def configs_for(problem: Problem) -> list[Config]:
+def configs_for(problem: Problem, wide: bool) -> list[Config]:
+    """The configs searched for `problem` (split count 1; the splits are searched apart):
+    CANDIDATES, or with `wide` every valid config of 16 rows (32 too when the problem packs
+    that many) with block_n <= 128, GQA packing on unless the problem is MHA."""
     from autotune.model import load_space
 
     space = load_space("decode")
-    out = []
-    for bm, bn, warps, stages, pack in CANDIDATES:
-        config = Config.make("decode", {**problem.space_values(), "block_m": bm, "block_n": bn,
-                                        "num_warps": warps, "kv_stages": stages,
-                                        "pack_gqa": pack})
-        try:
-            space.validate(config)
-        except ValueError:
-            continue
-        if not space.violations(config, _target()):
-            out.append(config)
-    return out
+    fixed = {**problem.space_values(), "num_splits": 1}
+    valid = space.valid_configs(_target(), fixed)
+    if wide:
+        rows = problem.seqlen_q * problem.group_size
+        return [c for c in valid
+                if (c["block_m"] == 16 or (c["block_m"] == 32 and rows >= 32))
+                and int(c["block_n"]) <= 128
+                and (c["pack_gqa"] or problem.heads_q == problem.heads_kv)]
+    wanted = {(bm, bn, w, st, pk) for bm, bn, w, st, pk in CANDIDATES}
+    return [c for c in valid if (c["block_m"], c["block_n"], c["num_warps"], c["kv_stages"],
+                                 c["pack_gqa"]) in wanted]
 
 
 def _target() -> Any:
@@ -117,23 +121,24 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     q_s, k_s, v_s = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     sdpa = sdpa_call("default", q_s, k_s, v_s, causal=problem.causal)
 
-    # Search: configs x split counts, short rounds.
+    # Search: configs x split counts (a launch parameter: one build per config), short rounds.
     candidates: dict[str, Callable[[], torch.Tensor]] = {}
-    for config in configs_for(problem):
-        kernel = decode_kernel(config, head_dim=d, dtype=problem.dtype, causal=problem.causal,
-                               device=0)
-        base = default_splits(kernel, batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=lq,
-                              seqlen_k=lk)
-        tiles = math.ceil(lk / kernel.block_n)
-        for splits in sorted({1, max(1, base // 2), base, min(tiles, 2 * base)}):
-            name = f"{config.to_json()}|{splits}"
-            candidates[name] = partial(_first, kernel.with_kvcache, q, k, v,
-                                       num_splits=splits)
+    wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
+    for config in configs_for(problem, wide):
+        tiles = math.ceil(lk / int(config["block_n"]))
+        for splits in SPLITS:
+            if splits > 1 and splits > tiles:
+                break
+            with_splits = config.replace(num_splits=splits)
+            kernel = decode_kernel(with_splits, head_dim=d, dtype=problem.dtype,
+                                   causal=problem.causal, device=0)
+            candidates[with_splits.to_json()] = partial(_first, kernel.with_kvcache, q, k, v)
     search = measure({n: partial(_ignore_set, f) for n, f in candidates.items()}, rounds=2,
                      round_ms=4.0, warmup_ms=20.0, min_calls=15, max_calls=60)
     best = min(search, key=lambda n: search[n].median_us)
     ours = candidates[best]
-    config_json, best_splits = best.rsplit("|", 1)
+    config_json = best
+    best_splits = json.loads(best)["num_splits"]
 
     # Correctness of the winner against SDPA (fp32 SDPA would not fit the largest caches).
     got = ours().float()
@@ -143,8 +148,12 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     final = alternating({"ours": ours, "sdpa": sdpa})
     # The roofline: min(680 TFLOP/s, FLOP per byte x the copy bandwidth), as a time.
     roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
+    ranked = sorted(search, key=lambda n: search[n].median_us)
+    top = [{"config": json.loads(n), "median_us": round(search[n].median_us, 2)}
+           for n in ranked[:5]]
     rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline_us,
-                config_json, int(best_splits), rel, search[best].median_us)]
+                config_json, int(best_splits), rel, search[best].median_us, search_top=top,
+                candidates=len(search))]
     if with_pages:
         kernel = decode_kernel(Config.from_json(config_json), head_dim=d, dtype=problem.dtype,
                                causal=problem.causal, device=0)
@@ -214,7 +223,11 @@ def main() -> int:
     parser.add_argument("--extra", action="store_true", help="also the EXTRA problems")
     parser.add_argument("--paged", action="store_true", help="paged caches on the PAGED problems")
     parser.add_argument("--limit", type=int, help="first N problems only")
+    parser.add_argument("--wide", action="store_true",
+                        help="search every 16-row config (block_n <= 128) at D=128 bf16")
     args = parser.parse_args()
+    global WIDE
+    WIDE = args.wide
     problems = load_shape_set(args.shapes)
     problems = (problems[:args.limit] if args.limit else problems) + (
         EXTRA if args.extra else [])

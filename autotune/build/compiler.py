@@ -147,8 +147,8 @@ def build_key(config: Config, target: Target) -> str:
     space = load_space(config.family)
     if not space.compiled:
         return f"{TORCH_KEY_PREFIX}{config.digest}"
-    return artifact_key(config, space.gencode_for(target), family_source_hash(space), toolchain(),
-                        NVCC_FLAGS)
+    return artifact_key(space.build_view(space.validate(config)), space.gencode_for(target),
+                        family_source_hash(space), toolchain(), NVCC_FLAGS)
 
 
 def _fit(config: Config, target: Target) -> tuple[ValidConfig | None, list[str]]:
@@ -193,7 +193,8 @@ def compile_config(config: Config, target: Target | None = None,
         return _nothing_to_build(config, target)
     tools = toolchain()
     gencode = space.gencode_for(target)
-    key = artifact_key(config, gencode, family_source_hash(space), tools, NVCC_FLAGS)
+    built = space.build_view(config)  # the binary: launch parameters do not reach it
+    key = artifact_key(built, gencode, family_source_hash(space), tools, NVCC_FLAGS)
     if not force and (hit := _cached(config, target, key, cache)) is not None:
         return hit
     cache.ensure_writable()  # before nvcc: a build that cannot be stored is not started
@@ -202,7 +203,7 @@ def compile_config(config: Config, target: Target | None = None,
     made_with = {"toolchain": {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version,
                                "kernel_source": family_source_hash(space)}}
 
-    source = render(config)
+    source = render(built)
     with tempfile.TemporaryDirectory(prefix="cute-autotune-") as tmp:
         src = Path(tmp) / f"{source.name}.cu"
         out = Path(tmp) / "kernel.cubin"
@@ -232,7 +233,7 @@ def compile_config(config: Config, target: Target | None = None,
                            record=made_with)
     record = {
         "key": key,
-        "config": config.as_dict(),
+        "config": built.as_dict(),
         "name": source.name,
         "arch": target.arch,
         "gencode": gencode,
@@ -340,8 +341,26 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
 
     if pending:
         cache.ensure_writable()
-        _compile_in_pools(checked, pending, results, target, cache, jobs or default_jobs(),
-                          timeout, force, on_result)
+        # Configs that differ only in launch parameters share one build: compile the first,
+        # answer the others from it.
+        first: dict[str, int] = {}
+        shared: dict[int, int] = {}
+        for i in pending:
+            pending_config = checked[i]
+            assert isinstance(pending_config, ValidConfig)
+            view = pending_config.space.build_view(pending_config).digest
+            if view in first:
+                shared[i] = first[view]
+            else:
+                first[view] = i
+        _compile_in_pools(checked, [i for i in pending if i not in shared], results, target,
+                          cache, jobs or default_jobs(), timeout, force, on_result)
+        for i, j in shared.items():
+            source = results[j]
+            assert source is not None
+            results[i] = answered = replace(source, config=configs[i])
+            if on_result:
+                on_result(answered)
     return [r for r in results if r is not None]
 
 

@@ -54,6 +54,11 @@ class CompiledKernel:
         return int(self._kernel.block_n)
 
     @property
+    def num_splits(self) -> int:
+        """The config's KV split count (a launch parameter of the decode family), else 1."""
+        return int(self.config["num_splits"]) if "num_splits" in dict(self.config.values) else 1
+
+    @property
     def split_kv(self) -> bool:
         """Whether the kernel takes num_splits > 1 and KV caches (the decode family)."""
         return bool(self._kernel.split_kv)
@@ -65,14 +70,14 @@ class CompiledKernel:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                  scale: float | None = None, layout: str = "bhld",
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-                 return_lse: bool = False, num_splits: int = 1
+                 return_lse: bool = False, num_splits: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention forward on the caller's current stream; returns (out, lse or None).
 
         `out` (same shape and layout as q) and `lse` (fp32 [B, Hq, Lq], contiguous) may be given
         to write into; otherwise they are allocated through torch's caching allocator.
         `num_splits` > 1 (kernels with split-KV only) splits the keys of each row over that many
-        CTAs, reduced by the kernel's combine entry.
+        CTAs, reduced by the kernel's combine entry; None: the config's own count.
         """
         problem = read_problem(q, k, v, causal=bool(self.config["causal"]), layout=layout)
         return self._launch(problem, q, k, v, scale=scale, layout=layout, out=out, lse=lse,
@@ -83,7 +88,7 @@ class CompiledKernel:
                      block_table: torch.Tensor | None = None, scale: float | None = None,
                      layout: str = "blhd", out: torch.Tensor | None = None,
                      lse: torch.Tensor | None = None, return_lse: bool = False,
-                     num_splits: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of q against a KV cache (split-KV kernels only), nothing appended: the
         checked entry is `autotune.attention_with_kvcache` (runtime/kvcache.py), which also
         validates the cache tensors; this trusts them.
@@ -113,7 +118,7 @@ class CompiledKernel:
 
     def _launch(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                 scale: float | None, layout: str, out: torch.Tensor | None,
-                lse: torch.Tensor | None, return_lse: bool, num_splits: int,
+                lse: torch.Tensor | None, return_lse: bool, num_splits: int | None,
                 seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
                 page_size: int = 0, table_stride: int = 0
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -141,6 +146,8 @@ class CompiledKernel:
         scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
         if not (math.isfinite(scale) and scale > 0):
             raise InputError(f"scale must be finite and > 0, got {scale}")
+        if num_splits is None:
+            num_splits = self.num_splits
         if not isinstance(num_splits, int) or num_splits < 1 or (
                 num_splits > 1 and not self.split_kv):
             raise InputError(f"num_splits must be 1, or >= 1 for a split-KV kernel; got "

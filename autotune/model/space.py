@@ -29,6 +29,10 @@ from .target import Target
 
 PROBLEM = "problem"
 TUNABLE = "tunable"
+# A tunable parameter of the launch, not of the binary (the decode family's KV split count):
+# the tuner searches it and the store keeps it with the config, but it is no template
+# parameter, so every value of it shares one build (`Space.build_view`).
+LAUNCH = "launch"
 # What a family's configs are: CuTe kernels compiled by nvcc, or torch's own SDPA backends
 # (the `sdpa` pseudo-family: nothing to compile, always a finalist of the re-ranking).
 CUDA, TORCH = "cuda", "torch"
@@ -37,7 +41,7 @@ CUDA, TORCH = "cuda", "torch"
 @dataclass(frozen=True)
 class Param:
     name: str
-    role: str  # PROBLEM or TUNABLE
+    role: str  # PROBLEM, TUNABLE or LAUNCH
     values: tuple[Value, ...]
     cpp: tuple[tuple[str, str], ...] = ()  # enum value -> C++ spelling (strings only)
     labels: tuple[tuple[str, str], ...] = ()  # value -> short label used in config names
@@ -153,7 +157,7 @@ class Space:
                              "folder of kernel_src/")
         self.params: dict[str, Param] = {p.name: p for p in params}
         for p in params:
-            if p.role not in (PROBLEM, TUNABLE):
+            if p.role not in (PROBLEM, TUNABLE, LAUNCH):
                 raise ValueError(f"{source}: parameter {p.name} has unknown role {p.role!r}")
         self._check_expressions()
 
@@ -204,7 +208,22 @@ class Space:
 
     @property
     def tunable_params(self) -> list[Param]:
-        return [p for p in self.params.values() if p.role == TUNABLE]
+        """What the tuner searches: template parameters and launch parameters alike."""
+        return [p for p in self.params.values() if p.role in (TUNABLE, LAUNCH)]
+
+    @property
+    def launch_params(self) -> list[Param]:
+        return [p for p in self.params.values() if p.role == LAUNCH]
+
+    def build_view(self, config: ValidConfig) -> ValidConfig:
+        """The config whose build `config` runs on: launch parameters at their first value, so
+        that configs differing only in them share one key, one cubin and one compile."""
+        if not self.launch_params:
+            return config
+        canonical = {p.name: p.values[0] for p in self.launch_params}
+        if all(config[name] == value for name, value in canonical.items()):
+            return config
+        return self.validate(config.replace(**canonical))
 
     def config(self, **values: Value) -> ValidConfig:
         """Build and validate a config of this family."""

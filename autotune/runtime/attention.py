@@ -368,9 +368,25 @@ def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.
     out = torch.empty_like(q)  # the output's geometry: q's shape, dense, in q's memory format
     strides = [tuple(logical_bhld(t, layout).stride()[:3]) for t in (q, k, v, out)]
     real_scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
-    plan = decision.kernel.plan(problem, strides, real_scale)  # type: ignore[arg-type]
+    splits = decision.kernel.num_splits  # a decode config's tuned KV split count, else 1
+    plan = decision.kernel.plan(problem, strides, real_scale,  # type: ignore[arg-type]
+                                num_splits=splits)
     lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
-    return _Prepared(plan.launch, tuple(out.shape), tuple(out.stride()), lse_shape)
+    launch = plan.launch
+    if splits > 1:
+        # The split workspaces come from the caching allocator on the caller's stream, so a
+        # later call reuses them only after this launch's kernels (stream order).
+        rows = (splits, *lse_shape)
+        device = q.device
+
+        def launch(q: int, k: int, v: int, o: int, lse: int, stream: int) -> None:
+            o_partial = torch.empty((*rows, problem.head_dim), dtype=torch.float32,
+                                    device=device)
+            lse_partial = torch.empty(rows, dtype=torch.float32, device=device)
+            plan.launch(q, k, v, o, lse, stream, 0, 0, o_partial.data_ptr(),
+                        lse_partial.data_ptr())
+
+    return _Prepared(launch, tuple(out.shape), tuple(out.stride()), lse_shape)
 
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

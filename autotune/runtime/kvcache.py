@@ -9,7 +9,8 @@ index writes on the caller's stream), then attended to, as `flash_attn_with_kvca
 
 The kernel is a decode-family config (search_spaces/decode.toml): the one given, else the
 family's untuned default for the head dim. `num_splits` (the KV splits, a launch-time argument
-of the same binary) is the one given, else enough splits for two CTAs per SM.
+of the same binary) is the one given, else the given config's, else (untuned) enough splits for
+two CTAs per SM.
 """
 
 from __future__ import annotations
@@ -200,9 +201,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if k_new is not None and v_new is not None and cache_seqlens is not None:
         cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
                                 layout)
-    if num_splits is None:
-        num_splits = default_splits(kernel, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-                                    seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    if num_splits is None:  # a given (tuned) config carries its own; the default gets the rule
+        num_splits = kernel.num_splits if config is not None else default_splits(
+            kernel, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k)
     out, lse = kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
                                    block_table=block_table, scale=scale, layout=layout,
                                    return_lse=return_lse, num_splits=num_splits)

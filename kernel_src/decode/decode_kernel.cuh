@@ -114,8 +114,38 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   const Element* v = static_cast<const Element*>(p.v) + kv_head * p.v_head_stride;
   const int* pages = p.block_table + (p.block_table == nullptr ? 0 : batch * p.block_table_stride);
   const int page_mask = (1 << p.page_size_log2) - 1;
+  // Each thread's 16-byte column is fixed when the threads tile whole rows (every head dim but
+  // 96): its rows are r0, r0 + kRowStep, ..., so a contiguous cache needs one address per tile
+  // and an add per row instead of a 64-bit multiply per chunk.
+  constexpr bool kFixedColumn = kNThreads % kChunksPerRow == 0;
+  constexpr int kRowStep = kFixedColumn ? kNThreads / kChunksPerRow : 1;
+  const int my_col = tid % kChunksPerRow * 8;
+  const int my_row = tid / kChunksPerRow;
+  auto load_kv_contiguous = [&](int n_block, int stage) {
+    const int j0 = n_block * kBlockN + my_row;
+    const Element* k_row = k + batch * p.k_batch_stride + int64_t(j0) * p.k_row_stride + my_col;
+    const Element* v_row = v + batch * p.v_batch_stride + int64_t(j0) * p.v_row_stride + my_col;
+    const int64_t k_step = kRowStep * p.k_row_stride;
+    const int64_t v_step = kRowStep * p.v_row_stride;
+    CUTE_UNROLL
+    for (int it = 0; it < kBlockN / kRowStep; ++it) {
+      const int r = my_row + it * kRowStep;
+      const bool valid = j0 + it * kRowStep < seqlen_k;
+      const int slot = stage * kNWarps + r / kWarpN;
+      cp_async_16(&sK(r % kWarpN, my_col, slot), valid ? k_row : k, valid);
+      cp_async_16(&sV(r % kWarpN, my_col, slot), valid ? v_row : v, valid);
+      k_row += k_step;
+      v_row += v_step;
+    }
+  };
   auto load_kv = [&](int n_block, int stage) {
     static_assert(kBlockN * kChunksPerRow % kNThreads == 0);
+    if constexpr (kFixedColumn) {
+      if (p.block_table == nullptr) {
+        load_kv_contiguous(n_block, stage);
+        return;
+      }
+    }
     CUTE_UNROLL
     for (int it = 0; it < kBlockN * kChunksPerRow / kNThreads; ++it) {
       const int c = it * kNThreads + tid;

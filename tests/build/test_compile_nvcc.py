@@ -80,7 +80,7 @@ def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[Build
 def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool) -> None:
     space = load_space("decode")
     config = space.config(head_dim=128, dtype="bf16", causal=pack, block_m=16, block_n=64,
-                          num_warps=2, kv_stages=2, pack_gqa=pack)
+                          num_warps=2, kv_stages=2, pack_gqa=pack, num_splits=1)
     result = compile_config(config, H200, ArtifactCache(tmp_path))
     assert result.ok and result.cubin is not None, result.message
     info = read_launch_info(result.cubin)
@@ -88,6 +88,15 @@ def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool)
     assert (info.abi_version, info.split_kv, info.pack_gqa) == (3, 1, int(pack))
     assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
     assert b"cute_autotune_combine" in result.cubin.read_bytes()
+    # The split count is a launch parameter: another count is the same build, from the cache,
+    # and a batch of counts compiles once.
+    again = compile_config(config.replace(num_splits=16), H200, ArtifactCache(tmp_path))
+    assert again.cached and again.cubin == result.cubin and again.config["num_splits"] == 16
+    assert space.name_of(again.config) != space.name_of(config)
+    many = compile_many([config.replace(block_n=32, num_splits=n) for n in (1, 2, 64)], H200,
+                        jobs=2, cache=ArtifactCache(tmp_path))
+    assert [r.ok for r in many] == [True] * 3 and len({r.cubin for r in many}) == 1
+    assert [r.config["num_splits"] for r in many] == [1, 2, 64]
 
 
 def test_cache_hit_and_miss(built: tuple[Path, list[BuildResult]],

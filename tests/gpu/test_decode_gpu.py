@@ -26,7 +26,7 @@ def _config(head_dim: int, dtype: str, causal: bool, bm: int, bn: int, warps: in
             pack: bool) -> Config:
     return Config.make("decode", {"head_dim": head_dim, "dtype": dtype, "causal": causal,
                                   "block_m": bm, "block_n": bn, "num_warps": warps,
-                                  "kv_stages": stages, "pack_gqa": pack})
+                                  "kv_stages": stages, "pack_gqa": pack, "num_splits": 1})
 
 
 # Structural variants: packing on and off, 1 to 8 warps, block_m 16/32/64, block_n 32..256,
@@ -98,6 +98,27 @@ def test_kv_caches_and_splits_match_the_reference(config: Config) -> None:
             block_table=inputs.block_table, layout=case.layout, out=out, return_lse=True,
             num_splits=splits)
         _check(out, lse, inputs, case, inputs.cache_seqlens)
+
+
+def test_the_split_count_travels_with_the_config() -> None:
+    """A stored config's num_splits is the launch's (one build for every count)."""
+    case = KVCase(batch=2, heads_q=16, heads_kv=2, seqlen_q=2, capacity=2048,
+                  lengths=(2048, 700), causal=True)
+    inputs = make_kv_inputs(case, "cuda", 5)
+    builds = set()
+    for splits in (1, 4, 16):
+        config = _config(128, "bf16", True, 16, 128, 4, 3, True).replace(num_splits=splits)
+        kernel = decode_kernel(config, head_dim=128, dtype="bf16", causal=True, device=0)
+        assert kernel.num_splits == splits
+        builds.add(kernel.build.cubin)
+        out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                                       cache_seqlens=inputs.cache_seqlens, return_lse=True)
+        _check(out, lse, inputs, case, inputs.cache_seqlens)
+        out = attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                                     cache_seqlens=inputs.cache_seqlens, causal=True,
+                                     config=config)
+        _check(out, None, inputs, case, inputs.cache_seqlens)
+    assert len(builds) == 1
 
 
 @pytest.mark.parametrize("page_size", [0, 16])

@@ -151,3 +151,19 @@ def test_validity_does_not_cross_a_process_boundary(space: Space) -> None:
     valid = space.validate(base(space))
     received = pickle.loads(pickle.dumps(valid))
     assert type(received) is Config and received == valid  # checked again where it arrives
+
+
+def test_a_launch_parameter_is_searched_but_not_built() -> None:
+    space = load_space("decode")
+    assert "num_splits" in [p.name for p in space.tunable_params]
+    assert [p.name for p in space.launch_params] == ["num_splits"]
+    config = space.config(head_dim=64, dtype="fp16", causal=False, block_m=16, block_n=64,
+                          num_warps=4, kv_stages=2, pack_gqa=True, num_splits=8)
+    view = space.build_view(config)
+    assert view["num_splits"] == 1 and view.replace(num_splits=8) == config
+    assert "{num_splits}" not in space.traits_template
+    assert space.traits_of(view) == space.traits_of(config)
+    assert space.name_of(view) != space.name_of(config)  # stored rows stay distinguishable
+    assert space.build_view(view) is view
+    assert load_space("sm80").build_view(load_space("sm80").heuristic(
+        {"head_dim": 64, "dtype": "fp16", "causal": False})) is not None

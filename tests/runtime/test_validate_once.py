@@ -168,10 +168,12 @@ def test_a_plain_config_is_checked_once_where_it_enters_the_build(
 class FakeKernel:
     """A loaded kernel without a GPU: its launch plan launches nothing."""
 
+    num_splits = 1
+
     def __init__(self, build: Any, device: int = 0) -> None:
         self.config = build.config
 
-    def plan(self, problem: Problem, strides: Any, scale: float) -> Any:
+    def plan(self, problem: Problem, strides: Any, scale: float, *, num_splits: int = 1) -> Any:
         return SimpleNamespace(launch=lambda *addresses: None)
 
 
