@@ -17,9 +17,9 @@ STAGES = ["model", "build", "launch", "measure", "store", "runtime", "tune", "cl
 # The runtime serves attention() in users' processes: from the measure stage it takes torch
 # SDPA (its baseline and fallback) and nothing else.
 RUNTIME_MAY_USE = {"measure": {"measure.sdpa"}}
-# Import cycles, with the one that is by design: attention registers the custom op on import,
-# and the op's body calls attention's eager path (a function-level import).
-CYCLE_EDGES_ALLOWED = {("runtime.op", "runtime.attention")}
+# Import cycles, with the ones that are by design: attention and kvcache register their custom
+# ops on import, and each op's body calls its module's eager path (a function-level import).
+CYCLE_EDGES_ALLOWED = {("runtime.op", "runtime.attention"), ("runtime.op", "runtime.kvcache")}
 
 
 def _modules() -> list[Path]:

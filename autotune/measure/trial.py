@@ -20,6 +20,7 @@ from .inputs import problem_inputs, reference_output, sdpa_candidate, timed_env
 from .records import TrialResult
 from .timing import Candidate, measure
 from .validate import ValidationReport, validate
+from .validate_kvcache import validate_kvcache
 
 # How far a trial's output at the tuning shape may be from SDPA's default (relative L2 norm).
 # Looser than the validator's bounds against the fp32 reference, since SDPA's default rounds in
@@ -40,11 +41,21 @@ def not_built(build: BuildResult) -> TrialResult:
 
 
 def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> ValidationReport:
-    """The full validator (measure.validate) on a built config, on its own problem class."""
+    """The full validator (measure.validate) on a built config, on its own problem class; a
+    split-KV kernel (the decode family) also gets the KV-cache cases (measure.validate_kvcache)."""
+    import torch
+
     config = build.config
-    return validate(CompiledKernel(build, device), head_dim=int(config["head_dim"]),
-                    dtype=str(config["dtype"]), causal=bool(config["causal"]),
-                    device=f"cuda:{device}", seed=seed)
+    kernel = CompiledKernel(build, device)
+    values = {"head_dim": int(config["head_dim"]), "dtype": str(config["dtype"]),
+              "causal": bool(config["causal"])}
+    report = validate(kernel, **values, device=f"cuda:{device}", seed=seed)  # type: ignore[arg-type]
+    if not kernel.split_kv:
+        return report
+    kv = validate_kvcache(kernel, **values, device=torch.device("cuda", device),  # type: ignore[arg-type]
+                          seed=report.seed)
+    return ValidationReport(report.passed and all(c.passed for c in kv), report.seed,
+                            report.cases + kv)
 
 
 def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:

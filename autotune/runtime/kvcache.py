@@ -10,7 +10,7 @@ index writes on the caller's stream), then attended to, as `flash_attn_with_kvca
 The kernel is a decode-family config (search_spaces/decode.toml): the one given, else the
 family's untuned default for the head dim. `num_splits` (the KV splits, a launch-time argument
 of the same binary) is the one given, else the given config's, else (untuned) enough splits for
-two CTAs per SM.
+one wave of CTAs.
 """
 
 from __future__ import annotations
@@ -128,13 +128,14 @@ def _sm_count(device: int) -> int:
 
 def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv: int,
                    seqlen_q: int, seqlen_k: int) -> int:
-    """The untuned KV split count: enough splits for two CTAs per SM, never more than the key
-    tiles of the longest sequence."""
+    """The untuned KV split count: enough splits for one wave (a CTA per SM), never more than
+    the key tiles of the longest sequence. (The v1 search on the H200 picked about one wave on
+    every Lq=1 problem: 16 splits at B=1, 2 at B=8, 1 at B=64, 8 KV heads.)"""
     group = heads_q // heads_kv if kernel.pack_gqa else 1
     m_blocks = math.ceil(seqlen_q * group / kernel.block_m)
     ctas = m_blocks * (heads_kv if kernel.pack_gqa else heads_q) * batch
     tiles = max(1, math.ceil(seqlen_k / kernel.block_n))
-    wanted = math.ceil(2 * _sm_count(kernel.device) / ctas)
+    wanted = math.ceil(_sm_count(kernel.device) / ctas)
     return max(1, min(wanted, tiles, MAX_SPLITS))
 
 
@@ -179,8 +180,31 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     sequence's queries to the end of its keys (after the append). A sequence of length 0 gives
     O = 0 and LSE = -inf. Returns out (q's layout), and with return_lse the fp32 LSE
     [B, Hq, Lq]. Runs on the caller's current stream without synchronising, so it can be
-    captured in a CUDA graph once the kernel is loaded.
+    captured in a CUDA graph once the kernel is loaded; under torch.compile it is the custom op
+    torch.ops.cute_autotune.attention_with_kvcache (which declares the caches mutated).
     """
+    import torch
+
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.cute_autotune.attention_with_kvcache(
+            q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, causal, scale,
+            return_lse, layout, num_splits, None if config is None else config.to_json())
+        return (out, lse) if return_lse else out
+    out, lse = _eager_with_kvcache(
+        q, k_cache, v_cache, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
+        block_table=block_table, causal=causal, scale=scale, return_lse=return_lse,
+        layout=layout, num_splits=num_splits, config=config)
+    return (out, lse) if return_lse else out
+
+
+def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                           k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
+                           cache_seqlens: torch.Tensor | None = None,
+                           block_table: torch.Tensor | None = None, causal: bool = False,
+                           scale: float | None = None, return_lse: bool = False,
+                           layout: str = "blhd", num_splits: int | None = None,
+                           config: Config | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     _check(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
     if q.device.type != "cuda":
         raise InputError(f"attention_with_kvcache runs on a CUDA device; q is on {q.device}")
@@ -205,7 +229,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_splits = kernel.num_splits if config is not None else default_splits(
             kernel, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
             seqlen_k=seqlen_k)
-    out, lse = kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
-                                   block_table=block_table, scale=scale, layout=layout,
-                                   return_lse=return_lse, num_splits=num_splits)
-    return (out, lse) if return_lse else out
+    return kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
+                               block_table=block_table, scale=scale, layout=layout,
+                               return_lse=return_lse, num_splits=num_splits)
+
+
+from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention_with_kvcache

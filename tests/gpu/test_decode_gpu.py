@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from autotune.measure.kvcache_inputs import KVCase, make_kv_inputs
 from autotune.measure.reference import reference_with_kvcache
 from autotune.model.config import Config
 from autotune.runtime.kvcache import attention_with_kvcache, decode_kernel
-
-from ..kvcache_cases import KVCase, make_kv_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -49,7 +48,7 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
     lq = 4 if c else 1
 
     def case(**kw: Any) -> KVCase:
-        return KVCase(**{"head_dim": d, "dtype": dt, "causal": c, **kw})
+        return KVCase.make(**{"head_dim": d, "dtype": dt, "causal": c, **kw})
 
     return [
         (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=lq, capacity=1000, lengths=None), 1),
@@ -102,8 +101,8 @@ def test_kv_caches_and_splits_match_the_reference(config: Config) -> None:
 
 def test_the_split_count_travels_with_the_config() -> None:
     """A stored config's num_splits is the launch's (one build for every count)."""
-    case = KVCase(batch=2, heads_q=16, heads_kv=2, seqlen_q=2, capacity=2048,
-                  lengths=(2048, 700), causal=True)
+    case = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=2, capacity=2048,
+                       lengths=(2048, 700), causal=True)
     inputs = make_kv_inputs(case, "cuda", 5)
     builds = set()
     for splits in (1, 4, 16):
@@ -123,8 +122,8 @@ def test_the_split_count_travels_with_the_config() -> None:
 
 @pytest.mark.parametrize("page_size", [0, 16])
 def test_append_then_attend(page_size: int) -> None:
-    case = KVCase(batch=3, heads_q=16, heads_kv=4, seqlen_q=3, capacity=256,
-                  lengths=(3, 100, 256), causal=True, page_size=page_size, new=3)
+    case = KVCase.make(batch=3, heads_q=16, heads_kv=4, seqlen_q=3, capacity=256,
+                       lengths=(3, 100, 256), causal=True, page_size=page_size, new=3)
     inputs = make_kv_inputs(case, "cuda", 7)
     out, lse = attention_with_kvcache(
         inputs.q, inputs.k_cache, inputs.v_cache, k_new=inputs.k_new, v_new=inputs.v_new,
@@ -135,8 +134,8 @@ def test_append_then_attend(page_size: int) -> None:
 
 
 def test_cuda_graph_capture_on_the_callers_stream() -> None:
-    case = KVCase(batch=4, heads_q=32, heads_kv=8, seqlen_q=1, capacity=4096,
-                  lengths=(4096, 1, 2000, 3333), page_size=64)
+    case = KVCase.make(batch=4, heads_q=32, heads_kv=8, seqlen_q=1, capacity=4096,
+                       lengths=(4096, 1, 2000, 3333), page_size=64)
     inputs = make_kv_inputs(case, "cuda", 3)
 
     def call() -> Any:
@@ -161,7 +160,24 @@ def test_cuda_graph_capture_on_the_callers_stream() -> None:
 
 
 def test_default_config_and_splits_through_the_public_entry() -> None:
-    case = KVCase(batch=2, heads_q=64, heads_kv=8, seqlen_q=1, capacity=8192, lengths=None)
+    case = KVCase.make(batch=2, heads_q=64, heads_kv=8, seqlen_q=1, capacity=8192, lengths=None)
     inputs = make_kv_inputs(case, "cuda", 11)
     out = attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache)
     _check(out, None, inputs, case, None)
+
+
+def test_torch_compile_with_the_append() -> None:
+    case = KVCase.make(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, capacity=512,
+                       lengths=(7, 300), page_size=16, new=1)
+    inputs = make_kv_inputs(case, "cuda", 13)
+    assert inputs.cache_seqlens is not None
+    assert inputs.k_new is not None and inputs.v_new is not None
+
+    @torch.compile(fullgraph=True)
+    def step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> Any:
+        return attention_with_kvcache(q * 1.0, inputs.k_cache, inputs.v_cache, k_new=k_new,
+                                      v_new=v_new, cache_seqlens=inputs.cache_seqlens,
+                                      block_table=inputs.block_table, return_lse=True)
+
+    out, lse = step(inputs.q, inputs.k_new, inputs.v_new)
+    _check(out, lse, inputs, case, inputs.cache_seqlens + 1)

@@ -9,9 +9,8 @@ import math
 import pytest
 import torch
 
+from autotune.measure.kvcache_inputs import KVCase, make_kv_inputs
 from autotune.measure.reference import reference_attention, reference_with_kvcache
-
-from ..kvcache_cases import KVCase, make_kv_inputs
 
 
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
@@ -19,8 +18,8 @@ from ..kvcache_cases import KVCase, make_kv_inputs
 def test_paged_padded_and_sliced_agree(layout: str, causal: bool) -> None:
     base = dict(batch=3, heads_q=8, heads_kv=2, seqlen_q=4, capacity=64, lengths=(0, 13, 64),
                 head_dim=32, dtype="fp16", causal=causal, layout=layout)
-    padded = make_kv_inputs(KVCase(**base), "cpu", 5)  # type: ignore[arg-type]
-    paged = make_kv_inputs(KVCase(**base, page_size=16), "cpu", 5)  # type: ignore[arg-type]
+    padded = make_kv_inputs(KVCase.make(**base), "cpu", 5)  # type: ignore[arg-type]
+    paged = make_kv_inputs(KVCase.make(**base, page_size=16), "cpu", 5)  # type: ignore[arg-type]
     scale = 1 / math.sqrt(32)
     out_a, lse_a = reference_with_kvcache(padded.q, padded.k_cache, padded.v_cache,
                                           cache_seqlens=padded.cache_seqlens, block_table=None,

@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from autotune.launch.tensors import InputError
+from autotune.measure.kvcache_inputs import KVCase, make_kv_inputs
 from autotune.runtime.kvcache import _append, _check, attention_with_kvcache
-
-from ..kvcache_cases import KVCase, make_kv_inputs
 
 
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
 @pytest.mark.parametrize("page_size", [0, 8])
 def test_append_writes_at_each_sequence_end(layout: str, page_size: int) -> None:
-    case = KVCase(batch=3, heads_q=4, heads_kv=2, seqlen_q=1, capacity=32, lengths=(2, 20, 32),
-                  head_dim=16, dtype="fp16", page_size=page_size, layout=layout, new=2)
+    case = KVCase.make(batch=3, heads_q=4, heads_kv=2, seqlen_q=1, capacity=32,
+                       lengths=(2, 20, 32), head_dim=16, dtype="fp16", page_size=page_size,
+                       layout=layout, new=2)
     inputs = make_kv_inputs(case, "cpu", 1)
     assert inputs.cache_seqlens is not None and inputs.k_new is not None
     assert inputs.v_new is not None
@@ -35,8 +35,8 @@ def test_append_writes_at_each_sequence_end(layout: str, page_size: int) -> None
 
 
 def test_bad_inputs_name_the_argument() -> None:
-    case = KVCase(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16, lengths=(3, 4),
-                  head_dim=16, dtype="fp16", page_size=8)
+    case = KVCase.make(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16, lengths=(3, 4),
+                       head_dim=16, dtype="fp16", page_size=8)
     x = make_kv_inputs(case, "cpu", 2)
     with pytest.raises(InputError, match="CUDA"):
         attention_with_kvcache(x.q, x.k_cache, x.v_cache, cache_seqlens=x.cache_seqlens,
@@ -56,3 +56,19 @@ def test_bad_inputs_name_the_argument() -> None:
     with pytest.raises(InputError, match="power of two"):
         _check(x.q, x.k_cache[:, :6], x.v_cache[:, :6], None, None, x.cache_seqlens,
                x.block_table, "blhd")
+
+
+def test_the_custom_op_gives_shapes_without_running() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import autotune.runtime.kvcache  # noqa: F401  registers the op
+
+    with FakeTensorMode():
+        q = torch.empty(2, 3, 8, 64, dtype=torch.float16)  # blhd
+        k = torch.empty(40, 16, 2, 64, dtype=torch.float16)  # pages
+        table = torch.empty(2, 5, dtype=torch.int32)
+        lengths = torch.empty(2, dtype=torch.int32)
+        out, lse = torch.ops.cute_autotune.attention_with_kvcache(
+            q, k, k, None, None, lengths, table, True, None, True, "blhd", None, None)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
