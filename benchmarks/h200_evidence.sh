@@ -248,16 +248,25 @@ testspower)
   ;;
 decode15)
   # The decode family: its GPU tests, the bench beside SDPA and a device copy (WIDE=1: every
-  # 16-row config at D=128 bf16), a short tuning session of one problem over the family (split
-  # counts included), then a sample of its configs through `check` while time is left.
+  # 16-row config at D=128 bf16), then while time is left a sample of its configs through
+  # `check` (KV-cache cases included) and a short tuning session of one problem over the family
+  # (split counts included). UNTIL: seconds for the whole stage.
   f=/tmp/decode15; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
   pack() { echo "$1 done at $(( $(date +%s) - t0 )) s"; tar czf "$OUT/decode15.tgz" -C /tmp decode15; }
   left() { echo $(( ${UNTIL:-540} - ($(date +%s) - t0) )); }
-  timeout 170 python3 -m pytest tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py \
+  # The decode tests, and the prefill families' dispatch tests (launcher ABI 3 under them).
+  timeout 200 python3 -m pytest tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py \
+    tests/gpu/test_sm90_dispatch_gpu.py tests/gpu/test_sm80_gpu.py \
     -v -rA > "$f/pytest_decode_gpu.txt" 2>&1; echo "pytest rc $?"; pack pytest
   timeout "${BENCH_S:-260}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
     --extra --paged ${WIDE:+--wide} > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $?"; pack bench
-  if [ "$(left)" -gt 70 ]; then
+  if [ "$(left)" -gt 100 ]; then
+    timeout "$(( $(left) - 70 ))" python3 -m autotune.cli check --family decode --head-dim 128 \
+      --dtype bf16 --causal both --sample "${SAMPLE:-12}" --seed 15 \
+      --json "$f/decode_check_sample.json" --quiet > "$f/decode_check_sample.txt" 2>&1
+    echo "check rc $?"; pack check
+  fi
+  if [ "$(left)" -gt 50 ]; then
     db=sqlite:////tmp/decode_tune.db
     timeout "$(( $(left) - 10 ))" python3 -m autotune.cli tune --batch 1 --heads-q 64 \
       --heads-kv 8 --seqlen-q 1 --seqlen-k 8192 --head-dim 128 --dtype bf16 --family decode \
@@ -266,12 +275,6 @@ decode15)
     python3 -m autotune.cli best --batch 1 --heads-q 64 --heads-kv 8 --seqlen-q 1 \
       --seqlen-k 8192 --head-dim 128 --dtype bf16 --db "$db" >> "$f/decode_tune.txt" 2>&1
     pack tune
-  fi
-  if [ "$(left)" -gt 40 ]; then
-    timeout "$(left)" python3 -m autotune.cli check --family decode --head-dim 128 \
-      --dtype bf16 --causal both --sample "${SAMPLE:-12}" --seed 15 \
-      --json "$f/decode_check_sample.json" --quiet > "$f/decode_check_sample.txt" 2>&1
-    echo "check rc $?"; pack check
   fi
   grep -E "PASSED|FAILED|ERROR" "$f/pytest_decode_gpu.txt" | grep -v "^PASSED" | cut -c1-120
   tail -n 3 "$f/pytest_decode_gpu.txt"; tail -n 45 "$f/decode_bench_h200.txt"
