@@ -124,10 +124,15 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     # Search: configs x split counts (a launch parameter: one build per config), short rounds.
     candidates: dict[str, Callable[[], torch.Tensor]] = {}
     wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     for config in configs_for(problem, wide):
         tiles = math.ceil(lk / int(config["block_n"]))
+        packed_rows = lq * (problem.group_size if config["pack_gqa"] else 1)
+        ctas = math.ceil(packed_rows / int(config["block_m"])) * b * (
+            hkv if config["pack_gqa"] else hq)
         for splits in SPLITS:
-            if splits > 1 and splits > tiles:
+            # more splits than key tiles, or beyond four waves of CTAs, only add combine work
+            if splits > 1 and (splits > tiles or ctas * splits > 4 * sm_count):
                 break
             with_splits = config.replace(num_splits=splits)
             kernel = decode_kernel(with_splits, head_dim=d, dtype=problem.dtype,
