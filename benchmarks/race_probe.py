@@ -11,6 +11,7 @@ import torch
 
 from autotune.build import compile_config
 from autotune.launch import CompiledKernel, torch_dtype
+from autotune.measure import KVCase, make_kv_inputs
 from autotune.model import Config, validate_config
 
 
@@ -24,8 +25,25 @@ def main() -> int:
     # runs two, then four or five, tiles on a CTA (the K/V ring crossing work tiles; each of
     # the two Q buffers refilled after its O store; the next tile's first Q K^T under the
     # epilogue).
-    for batch, heads_q, heads_kv, lq, lk in ((1, 2, 1, 200, 300), (1, 2, 1, 130, 64),
-                                             (1, 16, 4, 1100, 900), (2, 32, 8, 1100, 900)):
+    problems: tuple[tuple[int, int, int, int, int], ...] = (
+        (1, 2, 1, 200, 300), (1, 2, 1, 130, 64), (1, 16, 4, 1100, 900), (2, 32, 8, 1100, 900))
+    if kernel.split_kv:  # decode: a few query rows; its KV-cache paths below
+        problems = ((1, 2, 1, 1, 300), (2, 8, 2, 5, 700), (2, 32, 8, 16, 900))
+        for case, splits in ((KVCase.make(3, 16, 2, 2, 512, (5, 333, 0), head_dim=d,
+                                          dtype=str(config["dtype"]),
+                                          causal=bool(config["causal"]), page_size=16), 4),
+                             (KVCase.make(2, 8, 2, 3, 700, (700, 1), head_dim=d,
+                                          dtype=str(config["dtype"]),
+                                          causal=bool(config["causal"])), 8)):
+            x = make_kv_inputs(case, "cuda")
+            out, lse = kernel.with_kvcache(x.q, x.k_cache, x.v_cache,
+                                           cache_seqlens=x.cache_seqlens,
+                                           block_table=x.block_table, return_lse=True,
+                                           num_splits=splits)
+            torch.cuda.synchronize()
+            print(f"{build.name} {case.describe()} splits {splits}: "
+                  f"finite={bool(torch.isfinite(out).all())}")
+    for batch, heads_q, heads_kv, lq, lk in problems:
         q = torch.randn(batch, heads_q, lq, d, device="cuda", dtype=dtype)
         k = torch.randn(batch, heads_kv, lk, d, device="cuda", dtype=dtype)
         v = torch.randn(batch, heads_kv, lk, d, device="cuda", dtype=dtype)

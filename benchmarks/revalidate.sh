@@ -12,7 +12,9 @@
 #                                      # same configs side by side (benchmarks/kernel_versions.py;
 #                                      # the old tree in .oldtree/)
 #   bash benchmarks/revalidate.sh sanitize             # racecheck + synccheck on the structural
-#                                      # variants (benchmarks/configs/structural_variants.json)
+#                                      # variants (benchmarks/configs/structural_variants.json;
+#                                      # VARIANTS=benchmarks/configs/decode_structural_variants.json
+#                                      # for the decode family's, KV-cache paths included)
 # Several stages in one call: bash benchmarks/revalidate.sh "sample sm80" versions sanitize
 set -uo pipefail
 if [ ! -d /tmp/site ]; then
@@ -80,10 +82,10 @@ print(len(configs), 'configs')" "$@"
       --json "$R/kernel_versions_llm_prefill.json" 2>&1 | tee "$R/kernel_versions_llm_prefill.txt" \
       | tail -n 12 ;;
   sanitize)
-    python3 -m autotune.cli compile --config @benchmarks/configs/structural_variants.json \
-      --arch sm_90 --quiet > /dev/null 2>&1
+    variants=${VARIANTS:-benchmarks/configs/structural_variants.json}
+    python3 -m autotune.cli compile --config @"$variants" --arch sm_90 --quiet > /dev/null 2>&1
     python3 -c "import json
-for c in json.load(open('benchmarks/configs/structural_variants.json')):
+for c in json.load(open('$variants')):
     print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
     # Four sanitizer processes at a time on the one GPU: each is mostly host-bound.
     run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)

@@ -11,6 +11,7 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .gpu_tasks import describe_device, time_sdpa
     from .inputs import problem_inputs
+    from .kvcache_inputs import KVCase, make_kv_inputs
     from .reference import reference_attention, reference_with_kvcache
     from .sdpa import accepted_backends, sdpa_call
     from .timing import input_sets_needed, measure
@@ -21,11 +22,13 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
 # use from its module, so importing one module of the stage does not load the others.
 __all__ = [
     "GpuWorker",
+    "KVCase",
     "accepted_backends",
     "check",
     "describe_device",
     "evaluate",
     "input_sets_needed",
+    "make_kv_inputs",
     "measure",
     "problem_inputs",
     "reference_attention",
@@ -36,6 +39,8 @@ __all__ = [
 
 _LAZY: dict[str, tuple[str, str]] = {
     "input_sets_needed": ("timing", "input_sets_needed"),
+    "KVCase": ("kvcache_inputs", "KVCase"),
+    "make_kv_inputs": ("kvcache_inputs", "make_kv_inputs"),
     "measure": ("timing", "measure"),
     "accepted_backends": ("sdpa", "accepted_backends"),
     "sdpa_call": ("sdpa", "sdpa_call"),
