@@ -12,13 +12,14 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .attention import configure, explain
     from .dispatch import device_info
-    from .kvcache import attention_with_kvcache, decode_kernel, default_splits
+    from .kvcache import attention_with_kvcache, decode_choice, decode_kernel, default_splits
 
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
 __all__ = [
     "attention_with_kvcache",
     "configure",
+    "decode_choice",
     "decode_kernel",
     "default_splits",
     "device_info",
@@ -32,6 +33,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "explain": ("attention", "explain"),
     "device_info": ("dispatch", "device_info"),
     "attention_with_kvcache": ("kvcache", "attention_with_kvcache"),
+    "decode_choice": ("kvcache", "decode_choice"),
     "decode_kernel": ("kvcache", "decode_kernel"),
     "default_splits": ("kvcache", "default_splits"),
 }

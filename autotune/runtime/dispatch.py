@@ -131,6 +131,7 @@ class Dispatcher:
         self.use_shipped = use_shipped
         self.untuned = untuned
         self._memo: dict[tuple[Any, ...], Decision] = {}
+        self._family_memo: dict[tuple[Any, ...], tuple[Config, str] | None] = {}
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
         self._seeded: set[str] = set()
@@ -171,6 +172,44 @@ class Dispatcher:
                     decision = self._decide(problem, device_index)
                     self._memo[key] = decision
         return decision
+
+    def tuned_config(self, problem: Problem, device_index: int,
+                     family: str) -> tuple[Config, str] | None:
+        """The config of `family` the database knows best for `problem` on this GPU model, and
+        why: the fastest measured one of the problem itself, else the best config of the
+        nearest tuned problem whose best is of `family`; None when it knows neither (or cannot
+        be read). For callers that can run only one family (KV caches: the decode family).
+        Remembered per (device, problem, family): a repeated call touches no database."""
+        key = (device_index, problem, family)
+        if key in self._family_memo:
+            return self._family_memo[key]
+        with self._lock:
+            if key not in self._family_memo:
+                self._family_memo[key] = self._tuned_config(problem, device_index, family)
+        return self._family_memo[key]
+
+    def _tuned_config(self, problem: Problem, device_index: int,
+                      family: str) -> tuple[Config, str] | None:
+        device, _ = self._identify(device_index)
+        try:
+            self.db_queries += 1
+            self._seed_from_shipped(device)
+            store = self.store()
+            timed = [t for t in store.timings(device, problem)
+                     if t.config.family == family and t.median_us is not None]
+            if timed:
+                fastest = min(timed, key=lambda t: float(t.median_us or 0.0))
+                return fastest.config, (f"tuned for this problem: the fastest of {len(timed)} "
+                                        f"measured {family} configs")
+            near = store.nearest(device, problem, family=family)
+            if near is not None:
+                return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
+        except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
+            if not self._warned_db:
+                self._warned_db = True
+                warnings.warn(f"cute-autotune: tuning database unavailable, the {family} "
+                              f"family's default is used: {exc}", stacklevel=3)
+        return None
 
     def _candidates(self, problem: Problem, device: DeviceInfo,
                     target: Target) -> tuple[list[Decision], list[str]]:
@@ -303,6 +342,7 @@ class Dispatcher:
     def clear(self) -> None:
         with self._lock:
             self._memo.clear()
+            self._family_memo.clear()
 
     def would_run(self, problem: Problem, device: DeviceInfo, target: Target) -> Decision:
         """What `decide` would choose for `problem` on `device` (of `target`), without a GPU:

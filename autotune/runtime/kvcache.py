@@ -7,8 +7,10 @@ length; it is never read on the host (that would synchronise), so the launch dep
 shapes. New tokens `k_new`/`v_new` are written into the caches at `cache_seqlens` first (torch
 index writes on the caller's stream), then attended to, as `flash_attn_with_kvcache` does.
 
-The kernel is a decode-family config (search_spaces/decode.toml): the one given, else the
-family's untuned default for the head dim. `num_splits` (the KV splits, a launch-time argument
+The kernel is a decode-family config (search_spaces/decode.toml): the one given, else the one
+the tuning database knows best for the cache's shape and the batch (`decode_choice`: measured
+for the problem, else the nearest tuned problem), else the family's untuned default for the
+head dim. `num_splits` (the KV splits, a launch-time argument
 of the same binary) is the one given, else the given config's, else (untuned) enough splits for
 one wave of CTAs.
 """
@@ -23,6 +25,7 @@ from ..build.compiler import compile_config
 from ..launch.kernel import CompiledKernel
 from ..launch.tensors import LAYOUTS, InputError, dtype_name, logical_bhld
 from ..model.config import Config
+from ..model.problem import Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
 
@@ -116,6 +119,15 @@ def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
     for cache, rows in ((k_cache, k_new), (v_cache, v_new)):
         logical_bhld(cache, layout).index_put_(where, logical_bhld(rows, layout))
     return (cache_seqlens + new).to(torch.int32)
+
+
+def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
+    """The tuned decode config for a KV-cache problem and why (the tuning database's fastest
+    measured decode config of the problem, else that of the nearest tuned problem); None: the
+    family's default. The problem's seqlen_k is the cache's capacity per sequence."""
+    from .attention import dispatcher
+
+    return dispatcher().tuned_config(problem, device, FAMILY)
 
 
 def _sm_count(device: int) -> int:
@@ -220,6 +232,11 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     seqlen_k = (int(block_table.shape[1]) * int(kb.shape[2]) if block_table is not None
                 else int(kb.shape[2]))
     device = q.device.index or 0
+    if config is None:
+        # The cache's shape and the batch (never the lengths: reading them would synchronise)
+        tuned = decode_choice(Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
+                                      dtype_name(q.dtype), causal), device)
+        config = tuned[0] if tuned is not None else None
     kernel = decode_kernel(config, head_dim=head_dim, dtype=dtype_name(q.dtype),
                            causal=causal, device=device)
     if k_new is not None and v_new is not None and cache_seqlens is not None:

@@ -4,6 +4,8 @@ kernel can take are refused with the argument named."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -72,3 +74,51 @@ def test_the_custom_op_gives_shapes_without_running() -> None:
             q, k, k, None, None, lengths, table, True, None, True, "blhd", None, None)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
+
+
+def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_with_kvcache's config for a cache shape: the fastest measured decode config of
+    the problem (not a faster config of another family, which cannot read a KV cache), else the
+    nearest tuned problem's decode best, else none (the family's default); one database visit
+    per problem."""
+    from autotune.model.problem import Problem
+    from autotune.model.space import load_space
+    from autotune.runtime import dispatch as dispatch_module
+    from autotune.runtime.dispatch import Dispatcher
+    from autotune.store.records import DeviceInfo, TrialResult
+    from autotune.store.repo import TuningStore
+
+    h200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+    monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
+    db = f"sqlite:///{tmp_path}/kv.db"
+    store = TuningStore(db)
+    problem = Problem(8, 32, 8, 1, 32768, 128, "bf16", False)
+    decode = load_space("decode")
+
+    def config(block_n: int, splits: int) -> Any:
+        return decode.config(**problem.space_values(), block_m=16, block_n=block_n, num_warps=4,
+                             kv_stages=3, pack_gqa=True, num_splits=splits)
+
+    sdpa = load_space("sdpa").heuristic(problem.space_values())
+    for cfg, us in ((config(64, 2), 260.0), (config(128, 4), 300.0), (sdpa, 250.0)):
+        store.record_trial(h200, problem, TrialResult(cfg, "ok", median_us=us), build=None,
+                           study="s", phase="rerank", baseline_us=250.0)
+    store.set_best(h200, problem, TrialResult(sdpa, "ok", median_us=250.0), measurement_id=None,
+                   study="s", trials=3, sdpa_default_us=250.0, sdpa_flash_us=None)
+    d = Dispatcher(db)
+    d._identify = lambda index: (h200, None)  # type: ignore[method-assign,assignment,return-value]
+    found = d.tuned_config(problem, 0, "decode")
+    assert found is not None and found[0] == config(64, 2) and "fastest of 2" in found[1]
+    queries = d.db_queries
+    assert d.tuned_config(problem, 0, "decode") == found and d.db_queries == queries
+    # another batch: no measurement of its own, and no best of the decode family nearby yet
+    other = Problem(1, 32, 8, 1, 32768, 128, "bf16", False)
+    assert d.tuned_config(other, 0, "decode") is None
+    # once a neighbour's best is a decode config, it is the answer
+    store.set_best(h200, Problem(2, 32, 8, 1, 32768, 128, "bf16", False),
+                   TrialResult(config(128, 16), "ok", median_us=90.0), measurement_id=None,
+                   study="s", trials=3, sdpa_default_us=100.0, sdpa_flash_us=None)
+    d.clear()
+    near = d.tuned_config(other, 0, "decode")
+    assert near is not None and near[0] == config(128, 16) and "nearest" in near[1]
