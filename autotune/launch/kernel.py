@@ -150,8 +150,8 @@ class CompiledKernel:
             num_splits = self.num_splits
         if not isinstance(num_splits, int) or num_splits < 1 or (
                 num_splits > 1 and not self.split_kv):
-            raise InputError(f"num_splits must be 1, or >= 1 for a split-KV kernel; got "
-                             f"{num_splits!r}")
+            raise InputError(f"num_splits must be an int >= 1 (above 1 only for a split-KV "
+                             f"kernel: the decode family); got {num_splits!r}")
         o_partial = lse_partial = None
         if num_splits > 1:
             rows = (num_splits, problem.batch, problem.heads_q, problem.seqlen_q)
