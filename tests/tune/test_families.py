@@ -331,3 +331,22 @@ def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
     assert main([*base[:5], "--dtype", "bf16" if full.dtype == "fp16" else "fp16",
                  "--replay", str(SM80_RECORDING), "--db", db]) == 2
     assert "no problem of shape set" in capsys.readouterr().err
+
+
+def test_the_decode_family_is_searched_on_decode_problems_only() -> None:
+    """Every family the GPU runs is searched by default, but the decode family only where the
+    query is a few tokens (its space's max_seqlen_q); asked for by name it is searched anyway."""
+
+    class AllFamilies:
+        def target(self) -> Any:
+            return target_for_arch("sm_90")
+
+        def families(self) -> list[str]:
+            return ["decode", "sm80", "sm90"]
+
+    backend: Any = AllFamilies()
+    decode = Problem(8, 32, 8, 16, 32768, 128, "bf16", True)
+    prefill = Problem(2, 16, 16, 2048, 2048, 128, "bf16", False)
+    assert families_to_search(backend, None, decode) == ["decode", "sm80", "sm90"]
+    assert families_to_search(backend, None, prefill) == ["sm80", "sm90"]
+    assert families_to_search(backend, ["decode"], prefill) == ["decode"]
