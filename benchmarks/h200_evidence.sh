@@ -9,6 +9,8 @@
 #   bash benchmarks/h200_evidence.sh sweep     # exhaustive timing sweep for the replay backend
 #   bash benchmarks/h200_evidence.sh overhead  # host time per call, ours vs SDPA
 #   TRIALS=16 STOP_AFTER=470 bash benchmarks/h200_evidence.sh tune  # one piece of llm-prefill
+#                                              # (SHAPES=decode-tuning FAMILIES=decode,sm90: the
+#                                              # decode family's tuning, issue 15)
 #   bash benchmarks/h200_evidence.sh dispatch  # bench llm-prefill and untuned-probe against SDPA
 #   bash benchmarks/h200_evidence.sh fresh     # README command 1 on this host (carry .whl-fresh
 #                                              # too), then attention()
@@ -107,11 +109,12 @@ overhead)
   python3 benchmarks/host_overhead.py --json "$OUT/host_overhead_h200.json" 2>&1 | tee "$OUT/host_overhead_h200.txt"
   ;;
 tune)
-  # One piece (< 10 min) of the llm-prefill session; the database travels in .tuning/ (carried)
-  # and comes back in $OUT, so the next piece resumes it. FAMILIES=sm80 (the shipped
+  # One piece (< 10 min) of a tuning session of SHAPES (llm-prefill unless set, e.g.
+  # SHAPES=decode-tuning FAMILIES=decode,sm90 for issue 15); the database travels in .tuning/
+  # (carried) and comes back in $OUT, so the next piece resumes it. FAMILIES=sm80 (the shipped
   # session-2 sm80 tuning) unless set, e.g. FAMILIES=sm80,sm90 to let both families compete.
-  mkdir -p .tuning; piece=$(date +%s)
-  python3 -m autotune.cli tune --shapes llm-prefill --trials "${TRIALS:-16}" --skip-tuned \
+  mkdir -p .tuning; piece=$(date +%s); unpack_cubins
+  python3 -m autotune.cli tune --shapes "${SHAPES:-llm-prefill}" --trials "${TRIALS:-16}" --skip-tuned \
     --family "${FAMILIES:-sm80}" \
     --stop-after "${STOP_AFTER:-420}" --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$OUT/tune_piece_$piece.json" --quiet 2>&1 | tail -80 | tee "$OUT/tune_piece_$piece.txt"
