@@ -39,3 +39,35 @@ def test_paged_padded_and_sliced_agree(layout: str, causal: bool) -> None:
     ref, ref_lse = reference_attention(qb[1:2], kb[1:2, :, :13], vb[1:2, :, :13], causal=causal,
                                        scale=scale)
     assert torch.equal(out_a[1:2], ref) and torch.equal(lse_a[1:2], ref_lse)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_caches_agree_paged_and_padded(seed: int) -> None:
+    """Random batch, group, query rows, lengths (0 and full included), page sizes and layouts:
+    the paged reference equals the padded one, and no NaN from an unheld slot reaches it."""
+    import random
+
+    rng = random.Random(seed)
+    page = rng.choice([1, 2, 8, 16])
+    capacity = page * rng.randint(1, 12)
+    batch = rng.randint(1, 4)
+    heads_kv = rng.choice([1, 2])
+    lengths = tuple(rng.choice([0, capacity, rng.randint(0, capacity)]) for _ in range(batch))
+    base = dict(batch=batch, heads_q=heads_kv * rng.choice([1, 3, 4]), heads_kv=heads_kv,
+                seqlen_q=rng.randint(1, 5), capacity=capacity, lengths=lengths, head_dim=16,
+                dtype="fp16", causal=rng.random() < 0.5, layout=rng.choice(["blhd", "bhld"]))
+    padded = make_kv_inputs(KVCase.make(**base), "cpu", seed)  # type: ignore[arg-type]
+    paged = make_kv_inputs(KVCase.make(**base, page_size=page), "cpu", seed)  # type: ignore[arg-type]
+    scale = 0.25
+    a = reference_with_kvcache(padded.q, padded.k_cache, padded.v_cache,
+                               cache_seqlens=padded.cache_seqlens, block_table=None,
+                               causal=bool(base["causal"]), scale=scale,
+                               layout=str(base["layout"]))
+    b = reference_with_kvcache(paged.q, paged.k_cache, paged.v_cache,
+                               cache_seqlens=paged.cache_seqlens, block_table=paged.block_table,
+                               causal=bool(base["causal"]), scale=scale,
+                               layout=str(base["layout"]))
+    assert torch.isfinite(a[0]).all() and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    for i, n in enumerate(lengths):
+        if n == 0:
+            assert (a[0][i] == 0).all() and torch.isneginf(a[1][i]).all()
