@@ -44,6 +44,8 @@ class CompiledKernel:
         self.config: Config = build.config
         self.device = device
         self._kernel = _load(str(build.cubin), device)
+        values = dict(self.config.values)
+        self._num_splits = int(values["num_splits"]) if "num_splits" in values else 1
 
     @property
     def block_m(self) -> int:
@@ -56,7 +58,7 @@ class CompiledKernel:
     @property
     def num_splits(self) -> int:
         """The config's KV split count (a launch parameter of the decode family), else 1."""
-        return int(self.config["num_splits"]) if "num_splits" in dict(self.config.values) else 1
+        return self._num_splits
 
     @property
     def split_kv(self) -> bool:

@@ -221,7 +221,20 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
     ref_out, ref_lse = reference_attention(q, k, v, causal=problem.causal, scale=scale,
                                            layout=case.layout)
     got = logical_bhld(out, case.layout).float()
-    empty_rows = torch.isneginf(ref_lse)  # rows that see no key (causal, Lq > Lk)
+    return judge(case.name, problem.describe(), got, ref_out, lse, ref_lse, problem.dtype)
+
+
+def judge(name: str, described: str, got: torch.Tensor, ref_out: torch.Tensor,
+          lse: torch.Tensor | None, ref_lse: torch.Tensor, dtype: str) -> CaseResult:
+    """An output (fp32, [B, H, Lq, D]) and its LSE against the fp32 reference: rows that see
+    no key exactly 0 with LSE -inf, the LSE within its bound, the relative and the max absolute
+    error within the dtype's tolerance. Every case of the validator ends here."""
+    import torch
+
+    def fail(reason: str, **stats: float) -> CaseResult:
+        return CaseResult(name, described, False, reason, **stats)
+
+    empty_rows = torch.isneginf(ref_lse)  # rows that see no key (causal, Lq > Lk; length 0)
     if bool(empty_rows.any()) and bool((got[empty_rows] != 0).any()):
         return fail("rows that see no key must be exactly 0")
     diff = got - ref_out
@@ -244,12 +257,12 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
                 return fail(f"LSE error {lse_err:.3e} above {LSE_ATOL:.0e} + {LSE_RTOL:.0e}*|lse|",
                             rel_err=rel, max_abs_err=max_abs, lse_max_err=lse_err)
     stats = {"rel_err": rel, "max_abs_err": max_abs, "lse_max_err": lse_err}
-    if not math.isfinite(rel) or rel > REL_TOL[problem.dtype]:
-        return fail(f"relative error {rel:.3e} above {REL_TOL[problem.dtype]:.1e}", **stats)
-    if max_abs > ABS_TOL[problem.dtype] * scale_abs:
-        return fail(f"max abs error {max_abs:.3e} above {ABS_TOL[problem.dtype]:.1e} * "
+    if not math.isfinite(rel) or rel > REL_TOL[dtype]:
+        return fail(f"relative error {rel:.3e} above {REL_TOL[dtype]:.1e}", **stats)
+    if max_abs > ABS_TOL[dtype] * scale_abs:
+        return fail(f"max abs error {max_abs:.3e} above {ABS_TOL[dtype]:.1e} * "
                     f"{scale_abs:.3g}", **stats)
-    return CaseResult(case.name, problem.describe(), True, "", **stats)
+    return CaseResult(name, described, True, "", **stats)
 
 
 def validate(run: Runner, *, head_dim: int, dtype: str, causal: bool, device: Any = None,

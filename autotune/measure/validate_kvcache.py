@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..launch.tensors import logical_bhld
 from .kvcache_inputs import KVCase, make_kv_inputs
 from .reference import reference_with_kvcache
-from .validate import ABS_TOL, LSE_ATOL, LSE_RTOL, REL_TOL, CaseResult
+from .validate import CaseResult, judge
 
 if TYPE_CHECKING:
     import torch
@@ -72,30 +72,8 @@ def check_kv_case(kernel: CompiledKernel, name: str, case: KVCase, splits: int, 
         inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=inputs.cache_seqlens,
         block_table=inputs.block_table, causal=case.causal,
         scale=1.0 / math.sqrt(case.head_dim), layout=case.layout)
-    got = logical_bhld(out, case.layout).float()
-    empty = torch.isneginf(ref_lse)  # rows that see no key: length 0, or causal before the keys
-    if bool(empty.any()) and bool((got[empty] != 0).any()):
-        return fail("rows that see no key must be exactly 0")
-    if not torch.equal(torch.isneginf(lse), empty):
-        return fail("LSE must be -inf exactly for rows that see no key")
-    diff = got - ref
-    ref_norm = float(torch.linalg.vector_norm(ref))
-    rel = float(torch.linalg.vector_norm(diff)) / max(ref_norm, 1e-30)
-    max_abs = float(diff.abs().max())
-    lse_err = float((lse[~empty] - ref_lse[~empty]).abs().max()) if bool((~empty).any()) else 0.0
-    stats = {"rel_err": rel, "max_abs_err": max_abs, "lse_max_err": lse_err}
-    if bool((~empty).any()):
-        bound = LSE_ATOL + LSE_RTOL * ref_lse[~empty].abs()
-        if bool(((lse[~empty] - ref_lse[~empty]).abs() > bound).any()):
-            return fail(f"LSE error {lse_err:.3e} above {LSE_ATOL:.0e} + {LSE_RTOL:.0e}*|lse|",
-                        **stats)
-    if not math.isfinite(rel) or rel > REL_TOL[case.dtype]:
-        return fail(f"relative error {rel:.3e} above {REL_TOL[case.dtype]:.1e}", **stats)
-    scale_abs = max(1.0, float(ref.abs().max()))
-    if max_abs > ABS_TOL[case.dtype] * scale_abs:
-        return fail(f"max abs error {max_abs:.3e} above {ABS_TOL[case.dtype]:.1e} * "
-                    f"{scale_abs:.3g}", **stats)
-    return CaseResult(name, problem, True, "", **stats)
+    return judge(name, problem, logical_bhld(out, case.layout).float(), ref, lse, ref_lse,
+                 case.dtype)
 
 
 def validate_kvcache(kernel: CompiledKernel, *, head_dim: int, dtype: str, causal: bool,

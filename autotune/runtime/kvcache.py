@@ -36,6 +36,7 @@ FAMILY = "decode"
 MAX_SPLITS = 128
 
 _kernels: dict[tuple[str, int], CompiledKernel] = {}
+_resolved: dict[tuple[Any, ...], tuple[CompiledKernel, int]] = {}
 _sm_counts: dict[int, int] = {}
 _lock = threading.Lock()
 
@@ -231,24 +232,41 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     heads_kv = int(kb.shape[1])
     seqlen_k = (int(block_table.shape[1]) * int(kb.shape[2]) if block_table is not None
                 else int(kb.shape[2]))
-    device = q.device.index or 0
-    if config is None:
-        # The cache's shape and the batch (never the lengths: reading them would synchronise)
-        tuned = decode_choice(Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
-                                      dtype_name(q.dtype), causal), device)
-        config = tuned[0] if tuned is not None else None
-    kernel = decode_kernel(config, head_dim=head_dim, dtype=dtype_name(q.dtype),
-                           causal=causal, device=device)
+    # The cache's shape and the batch (never the lengths: reading them would synchronise)
+    problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
+                      dtype_name(q.dtype), causal)
+    kernel, splits = _resolve(problem, q.device.index or 0, config)
     if k_new is not None and v_new is not None and cache_seqlens is not None:
         cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
                                 layout)
-    if num_splits is None:  # a given (tuned) config carries its own; the default gets the rule
-        num_splits = kernel.num_splits if config is not None else default_splits(
-            kernel, batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q,
-            seqlen_k=seqlen_k)
     return kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
                                block_table=block_table, scale=scale, layout=layout,
-                               return_lse=return_lse, num_splits=num_splits)
+                               return_lse=return_lse,
+                               num_splits=splits if num_splits is None else num_splits)
+
+
+def _resolve(problem: Problem, device: int, config: Config | None
+             ) -> tuple[CompiledKernel, int]:
+    """The kernel for a KV-cache problem and the split count of a call that gives none: the
+    config given (its own count), else the tuned one (`decode_choice`, its own count), else the
+    family's default (the untuned rule). Made once per (problem, device, config, dispatcher),
+    so a repeated call does no lookup, validation or database visit."""
+    from .attention import dispatcher
+
+    key = (problem, device, config, dispatcher())
+    hit = _resolved.get(key)
+    if hit is not None:
+        return hit
+    if config is None:
+        tuned = decode_choice(problem, device)
+        config = tuned[0] if tuned is not None else None
+    kernel = decode_kernel(config, head_dim=problem.head_dim, dtype=problem.dtype,
+                           causal=problem.causal, device=device)
+    splits = kernel.num_splits if config is not None else default_splits(
+        kernel, batch=problem.batch, heads_q=problem.heads_q, heads_kv=problem.heads_kv,
+        seqlen_q=problem.seqlen_q, seqlen_k=problem.seqlen_k)
+    with _lock:
+        return _resolved.setdefault(key, (kernel, splits))
 
 
 from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention_with_kvcache
