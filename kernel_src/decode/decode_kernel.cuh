@@ -116,24 +116,45 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   const int page_mask = (1 << p.page_size_log2) - 1;
   // Each thread's 16-byte column is fixed when the threads tile whole rows (every head dim but
   // 96): its rows are r0, r0 + kRowStep, ..., so a contiguous cache needs one address per tile
-  // and an add per row instead of a 64-bit multiply per chunk.
+  // and an add per row instead of a 64-bit multiply per chunk, and a paged cache one block-table
+  // lookup per row (not per 16-byte chunk), fetched a tile ahead so the lookup's latency never
+  // stalls the issue of a tile's copies.
   constexpr bool kFixedColumn = kNThreads % kChunksPerRow == 0;
   constexpr int kRowStep = kFixedColumn ? kNThreads / kChunksPerRow : 1;
+  constexpr int kRowsPerThread = kFixedColumn ? kBlockN / kRowStep : 1;
   const int my_col = tid % kChunksPerRow * 8;
   const int my_row = tid / kChunksPerRow;
-  auto load_kv_contiguous = [&](int n_block, int stage) {
+  const bool paged = p.block_table != nullptr;
+  int page_of_row[kRowsPerThread];  // the next tile's page per row of this thread (paged only)
+  auto fetch_pages = [&](int n_block) {
+    CUTE_UNROLL
+    for (int it = 0; it < kRowsPerThread; ++it) {
+      const int j = n_block * kBlockN + my_row + it * kRowStep;
+      page_of_row[it] = j < seqlen_k ? __ldg(pages + (j >> p.page_size_log2)) : 0;
+    }
+  };
+  auto load_kv_fixed_column = [&](int n_block, int stage) {
     const int j0 = n_block * kBlockN + my_row;
     const Element* k_row = k + batch * p.k_batch_stride + int64_t(j0) * p.k_row_stride + my_col;
     const Element* v_row = v + batch * p.v_batch_stride + int64_t(j0) * p.v_row_stride + my_col;
     const int64_t k_step = kRowStep * p.k_row_stride;
     const int64_t v_step = kRowStep * p.v_row_stride;
     CUTE_UNROLL
-    for (int it = 0; it < kBlockN / kRowStep; ++it) {
+    for (int it = 0; it < kRowsPerThread; ++it) {
       const int r = my_row + it * kRowStep;
-      const bool valid = j0 + it * kRowStep < seqlen_k;
+      const int j = j0 + it * kRowStep;
+      const bool valid = j < seqlen_k;
+      const Element* k_src = k_row;
+      const Element* v_src = v_row;
+      if (paged) {
+        const int64_t page = page_of_row[it];
+        const int in_page = j & page_mask;
+        k_src = k + page * p.k_batch_stride + in_page * p.k_row_stride + my_col;
+        v_src = v + page * p.v_batch_stride + in_page * p.v_row_stride + my_col;
+      }
       const int slot = stage * kNWarps + r / kWarpN;
-      cp_async_16(&sK(r % kWarpN, my_col, slot), valid ? k_row : k, valid);
-      cp_async_16(&sV(r % kWarpN, my_col, slot), valid ? v_row : v, valid);
+      cp_async_16(&sK(r % kWarpN, my_col, slot), valid ? k_src : k, valid);
+      cp_async_16(&sV(r % kWarpN, my_col, slot), valid ? v_src : v, valid);
       k_row += k_step;
       v_row += v_step;
     }
@@ -141,10 +162,8 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   auto load_kv = [&](int n_block, int stage) {
     static_assert(kBlockN * kChunksPerRow % kNThreads == 0);
     if constexpr (kFixedColumn) {
-      if (p.block_table == nullptr) {
-        load_kv_contiguous(n_block, stage);
-        return;
-      }
+      load_kv_fixed_column(n_block, stage);
+      return;
     }
     CUTE_UNROLL
     for (int it = 0; it < kBlockN * kChunksPerRow / kNThreads; ++it) {
@@ -155,7 +174,7 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
       const bool valid = j < seqlen_k;
       int64_t k_off = 0, v_off = 0;
       if (valid) {
-        if (p.block_table != nullptr) {
+        if (paged) {
           const int64_t page = pages[j >> p.page_size_log2];
           const int in_page = j & page_mask;
           k_off = page * p.k_batch_stride + in_page * p.k_row_stride;
@@ -170,6 +189,17 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
       cp_async_16(&sV(r % kWarpN, col, slot), v + v_off + col, valid);
     }
   };
+  // Loads the split's tile of ordinal t (walked from the last key tile back) into `stage`, then
+  // fetches the page numbers of the tile after it.
+  auto issue_tile = [&](int t, int stage) {
+    load_kv(tile_end - 1 - t, stage);
+    if constexpr (kFixedColumn) {
+      if (paged && t + 1 < my_tiles) { fetch_pages(tile_end - 2 - t); }
+    }
+  };
+  if constexpr (kFixedColumn) {
+    if (paged && my_tiles > 0) { fetch_pages(tile_end - 1); }
+  }
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(lane);
@@ -223,14 +253,14 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   // the split's last tile to its first: the tiles that need masking come first.
   CUTE_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) { load_kv(tile_end - 1 - s, s); }
+    if (s < my_tiles) { issue_tile(s, s); }
     cp_async_fence();
   }
   for (int t = 0; t < my_tiles; ++t) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile t landed for all threads; every warp is done with tile t-1
     const int t_next = t + kStages - 1;
-    if (t_next < my_tiles) { load_kv(tile_end - 1 - t_next, t_next % kStages); }
+    if (t_next < my_tiles) { issue_tile(t_next, t_next % kStages); }
     cp_async_fence();
     attend(tile_end - 1 - t, t % kStages * kNWarps + warp);
   }
@@ -367,19 +397,31 @@ __forceinline__ __device__ void combine_rows(FwdParams const& p) {
   const int batch = int(row / p.seqlen_q / p.heads_q);
   Element* out = static_cast<Element*>(p.o) + batch * p.o_batch_stride +
                  head * p.o_head_stride + query * p.o_row_stride;
+  // The splits' partial rows are independent loads: issue kBatch of them before the first add,
+  // so a row costs about num_splits / kBatch L2 round trips instead of num_splits.
+  constexpr int kBatch = 8;
   for (int d = lane * 4; d < kHeadDim; d += 128) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (lse != -INFINITY) {
-      for (int s = 0; s < p.num_splits; ++s) {
-        const float l = lse_of[s * rows];
-        if (l == -INFINITY) { continue; }
-        const float w = __expf(l - lse);
-        const float4 o = *reinterpret_cast<const float4*>(p.o_partial +
-                                                          (s * rows + row) * kHeadDim + d);
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        acc.z += w * o.z;
-        acc.w += w * o.w;
+    for (int s0 = 0; lse != -INFINITY && s0 < p.num_splits; s0 += kBatch) {
+      float weight[kBatch];
+      float4 o[kBatch];
+      CUTE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int s = s0 + i;
+        const float l = s < p.num_splits ? lse_of[s * rows] : -INFINITY;
+        weight[i] = l == -INFINITY ? 0.f : __expf(l - lse);
+        // Every split writes its rows (zeros where it saw no key), so the load needs no LSE.
+        o[i] = s < p.num_splits ? *reinterpret_cast<const float4*>(
+                                      p.o_partial + (s * rows + row) * kHeadDim + d)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        if (weight[i] == 0.f) { continue; }
+        acc.x += weight[i] * o[i].x;
+        acc.y += weight[i] * o[i].y;
+        acc.z += weight[i] * o[i].z;
+        acc.w += weight[i] * o[i].w;
       }
     }
     cutlass::Array<float, 4> values;
