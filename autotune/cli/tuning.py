@@ -31,12 +31,16 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--head-dim", type=int, required=required)
     p.add_argument("--dtype", choices=["fp16", "bf16"], help="default: fp16")
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--kv-cache", metavar="KIND",
+                   help="how the keys are held: dense (default), seqlens (a padded cache with "
+                        "per-sequence lengths) or paged<N> (pages of N rows), the decode "
+                        "family's KV caches; with --shapes, keeps that kind only")
 
 
 def problem_from_args(args: argparse.Namespace) -> Problem:
     return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
                    args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16",
-                   args.causal)
+                   args.causal, args.kv_cache or "dense")
 
 
 def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[Problem]:
@@ -45,7 +49,8 @@ def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[
     return [p for p in problems
             if (args.head_dim is None or p.head_dim == args.head_dim)
             and (args.dtype is None or p.dtype == args.dtype)
-            and (not args.causal or p.causal)]
+            and (not args.causal or p.causal)
+            and (getattr(args, "kv_cache", None) is None or p.kv_cache == args.kv_cache)]
 
 
 def _fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:

@@ -8,15 +8,13 @@ measure.inputs.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..build.compiler import BuildResult
 from ..launch.kernel import CompiledKernel
 from ..model.problem import Problem
 from ..model.space import load_space
 from ..model.status import Status
 from . import trial
-from .inputs import problem_inputs, sdpa_candidate, sdpa_candidates, timed_env
+from .inputs import kernel_candidate, problem_inputs, sdpa_candidate, sdpa_candidates, timed_env
 from .protocol import (
     Baselines,
     BaselinesRequest,
@@ -52,10 +50,6 @@ def _timed(build: BuildResult, timing: Timing, device: int) -> TrialResult:
                        env=timed_env(timing, device))
 
 
-def _kernel_candidate(kernel: CompiledKernel, sets: list[tuple[Any, ...]]) -> Candidate:
-    return lambda i: kernel(*sets[i][:3], out=sets[i][3])
-
-
 def task_rerank(request: RerankRequest, device: int) -> Reranked:
     """Re-time finalists (kernel configs, already validated, and torch SDPA configs: family
     `sdpa`, one per backend) together in one alternation, so the winner and its speed-up over
@@ -68,7 +62,7 @@ def task_rerank(request: RerankRequest, device: int) -> Reranked:
     for build in request.builds:
         config, digest = build.config, build.config.digest
         if load_space(config.family).compiled:
-            fns[digest] = _kernel_candidate(CompiledKernel(build, device), sets)
+            fns[digest] = kernel_candidate(CompiledKernel(build, device), problem)
             continue
         candidate = sdpa_candidate(problem, str(config["backend"]))
         if candidate is None:

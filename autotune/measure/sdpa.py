@@ -46,12 +46,15 @@ def _set_switches(values: tuple[bool, ...]) -> None:
 
 
 def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
-                scale: float | None) -> dict[str, Any]:
-    """The keyword arguments of F.scaled_dot_product_attention for our problem contract."""
+                scale: float | None, mask: torch.Tensor | None = None) -> dict[str, Any]:
+    """The keyword arguments of F.scaled_dot_product_attention for our problem contract; a
+    `mask` (boolean, True = attend) replaces the causal one and must include it."""
     kwargs: dict[str, Any] = {"scale": scale}
     if heads_q != heads_kv:
         kwargs["enable_gqa"] = True
-    if causal and lq == lk:
+    if mask is not None:
+        kwargs["attn_mask"] = mask
+    elif causal and lq == lk:
         kwargs["is_causal"] = True
     elif causal:
         from torch.nn.attention.bias import causal_lower_right
@@ -81,22 +84,24 @@ def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, An
 
 
 def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-              scale: float | None = None, layout: str = "bhld") -> Callable[[], torch.Tensor]:
+              scale: float | None = None, layout: str = "bhld",
+              mask: torch.Tensor | None = None) -> Callable[[], torch.Tensor]:
     """A closure computing attention with one SDPA backend (output in [B, H, L, D])."""
     qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
     kwargs = sdpa_kwargs(qb.shape[2], kb.shape[2], qb.shape[1], kb.shape[1], causal=causal,
-                         scale=scale)
+                         scale=scale, mask=mask)
     call = backend_call(backend, kwargs)
     return lambda: call(qb, kb, vb)
 
 
 def accepted_backends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                      scale: float | None = None, layout: str = "bhld"
+                      scale: float | None = None, layout: str = "bhld",
+                      mask: torch.Tensor | None = None
                       ) -> dict[str, Callable[[], torch.Tensor]]:
     """The backends that run this problem (tried once; a backend that refuses is left out)."""
     accepted = {}
     for name in BACKENDS:
-        call = sdpa_call(name, q, k, v, causal=causal, scale=scale, layout=layout)
+        call = sdpa_call(name, q, k, v, causal=causal, scale=scale, layout=layout, mask=mask)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusing backend explains itself at length
             try:

@@ -16,7 +16,7 @@ from ..build.compiler import BuildResult
 from ..launch.kernel import CompiledKernel
 from ..model.problem import Problem
 from ..model.status import Status
-from .inputs import problem_inputs, reference_output, sdpa_candidate, timed_env
+from .inputs import kernel_candidate, problem_inputs, reference_output, sdpa_candidate, timed_env
 from .records import TrialResult
 from .timing import Candidate, measure
 from .validate import ValidationReport, validate
@@ -79,14 +79,17 @@ def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: flo
     if not passed:
         return failed(summary)
     kernel = CompiledKernel(build, device)
+    if problem.kv_cache != "dense" and not kernel.split_kv:
+        return TrialResult(build.config, Status.INVALID, f"{build.name} cannot read a "
+                           f"{problem.kv_cache} KV cache", build_key=build.key)
     sets = problem_inputs(problem)
-    out, _ = kernel(*sets[0][:3])
+    call = kernel_candidate(kernel, problem)
+    out, _ = call(0)
     expected = reference_output(problem)
     err = float((out.float() - expected).norm() / expected.norm())
     if not math.isfinite(err) or err > TUNING_SHAPE_TOL:
         return failed(f"at the tuning shape the output differs from SDPA's by {err:.2e}")
-    candidates: dict[str, Candidate] = {
-        build.name: lambda i: kernel(*sets[i][:3], out=sets[i][3])}
+    candidates: dict[str, Candidate] = {build.name: call}
     reference = sdpa_candidate(problem, "default")
     if reference is not None:
         candidates[SDPA_DEFAULT] = reference

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 DTYPES = ("fp16", "bf16")
+# How the keys and values are held (the decode family's KV caches, issue 15): "dense" is q, k, v
+# tensors with every key valid (plain attention; a full contiguous cache); "seqlens" a padded
+# contiguous cache of seqlen_k rows per sequence with per-sequence lengths (timed with the
+# lengths of `Problem.cache_lengths`); "paged<N>" a paged cache of N-row pages (N a power of
+# two) through a block table, every sequence seqlen_k rows long.
+KV_CACHES = ("dense", "seqlens", "paged<N>")
+_PAGED = re.compile(r"paged([1-9][0-9]{0,4})")
+MAX_PAGE_SIZE = 65536
 # Every size is a 32-bit int in the kernels' params and in the database's columns.
 MAX_SIZE = 2**31 - 1
 
@@ -19,6 +28,7 @@ class Problem:
     head_dim: int
     dtype: str = "fp16"
     causal: bool = False
+    kv_cache: str = "dense"
 
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
@@ -34,6 +44,31 @@ class Problem:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be a bool, got {self.causal!r}")
+        if not isinstance(self.kv_cache, str) or (
+                self.kv_cache not in ("dense", "seqlens") and not self.page_size):
+            raise ValueError(f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
+                             f"{MAX_PAGE_SIZE}), got {self.kv_cache!r}")
+
+    @property
+    def page_size(self) -> int:
+        """Rows per page of a paged cache ("paged<N>"); 0 for any other kind (or a malformed
+        one)."""
+        match = _PAGED.fullmatch(self.kv_cache) if isinstance(self.kv_cache, str) else None
+        if match is None:
+            return 0
+        size = int(match.group(1))
+        return size if size <= MAX_PAGE_SIZE and not size & (size - 1) else 0
+
+    @property
+    def cache_lengths(self) -> tuple[int, ...] | None:
+        """The per-sequence lengths a "seqlens" problem is timed with (None for other kinds):
+        spread over [Lk/2, Lk] by a fixed low-discrepancy rule, 3/4 of Lk at B=1, so that every
+        process and GPU times the same work."""
+        if self.kv_cache != "seqlens":
+            return None
+        golden = 0.6180339887498949
+        return tuple(max(1, round(self.seqlen_k * (0.5 + 0.5 * ((b * golden + 0.5) % 1.0))))
+                     for b in range(self.batch))
 
     @property
     def group_size(self) -> int:
@@ -73,7 +108,9 @@ class Problem:
         """Bytes a forward pass must move at least: Q and O once, K and V once (2-byte types);
         the figure of merit of memory-bound (decode) problems."""
         q = self.batch * self.heads_q * self.seqlen_q * self.head_dim
-        kv = self.batch * self.heads_kv * self.seqlen_k * self.head_dim
+        lengths = self.cache_lengths
+        rows = sum(lengths) if lengths is not None else self.batch * self.seqlen_k
+        kv = self.heads_kv * rows * self.head_dim
         return 2 * (2 * q + 2 * kv)
 
     def space_values(self) -> dict[str, int | str | bool]:
@@ -91,4 +128,5 @@ class Problem:
         if self.seqlen_k != self.seqlen_q:
             seq = f"Lq{self.seqlen_q} Lk{self.seqlen_k}"
         mask = " causal" if self.causal else ""
-        return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}"
+        cache = "" if self.kv_cache == "dense" else f" {self.kv_cache}"
+        return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}{cache}"

@@ -122,6 +122,9 @@ class Space:
             # search it only on problems within. None: any.
             max_lq = data.get("max_seqlen_q")
             self.max_seqlen_q: int | None = None if max_lq is None else int(max_lq)
+            # Whether its kernels read KV caches (per-sequence lengths, pages): only such a
+            # family can run a problem whose kv_cache is not "dense".
+            self.kv_caches: bool = bool(data.get("kv_caches", False))
             compiled = self.kind == CUDA
             self.gencode: str = data["gencode"] if compiled else ""
             self.header: str = data["header"] if compiled else ""
@@ -191,6 +194,10 @@ class Space:
     def serves(self, seqlen_q: int) -> bool:
         """Whether problems with `seqlen_q` query rows are what this family is meant for."""
         return self.max_seqlen_q is None or seqlen_q <= self.max_seqlen_q
+
+    def reads(self, kv_cache: str) -> bool:
+        """Whether this family's kernels can read keys held as `kv_cache` (a Problem's)."""
+        return kv_cache == "dense" or self.kv_caches
 
     def cc_range(self) -> str:
         """The compute capabilities this family runs on, in words: "sm_80 and newer"."""

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..build.compiler import compile_config
 from ..launch.kernel import CompiledKernel
 from ..launch.tensors import LAYOUTS, InputError, dtype_name, logical_bhld
 from ..model.config import Config
-from ..model.problem import Problem
+from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
 
@@ -78,8 +79,9 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.stride(1) != 1:
             raise InputError(f"block_table must be [B, max_pages] = [{batch}, n] with "
                              f"contiguous rows, got shape {tuple(block_table.shape)}")
-        if rows < 1 or rows & (rows - 1):
-            raise InputError(f"page_size (the cache's row dim, {rows}) must be a power of two")
+        if rows < 1 or rows & (rows - 1) or rows > MAX_PAGE_SIZE:
+            raise InputError(f"page_size (the cache's row dim, {rows}) must be a power of two "
+                             f"up to {MAX_PAGE_SIZE}")
     elif kb.shape[0] != batch:
         raise InputError(f"a contiguous cache has q's batch ({batch}) first, got "
                          f"{tuple(k_cache.shape)}")
@@ -124,11 +126,17 @@ def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
 
 def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
     """The tuned decode config for a KV-cache problem and why (the tuning database's fastest
-    measured decode config of the problem, else that of the nearest tuned problem); None: the
-    family's default. The problem's seqlen_k is the cache's capacity per sequence."""
+    measured decode config of the problem, else that of the nearest tuned problem of its cache
+    kind, else the same for the cache held dense); None: the family's default. The problem's
+    seqlen_k is the cache's capacity per sequence."""
     from .attention import dispatcher
 
-    return dispatcher().tuned_config(problem, device, FAMILY)
+    chosen = dispatcher().tuned_config(problem, device, FAMILY)
+    if chosen is None and problem.kv_cache != "dense":
+        dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, FAMILY)
+        if dense is not None:
+            return dense[0], f"{dense[1]}, tuned on a dense cache (no {problem.kv_cache} tuned)"
+    return chosen
 
 
 def _sm_count(device: int) -> int:
@@ -232,9 +240,12 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     heads_kv = int(kb.shape[1])
     seqlen_k = (int(block_table.shape[1]) * int(kb.shape[2]) if block_table is not None
                 else int(kb.shape[2]))
-    # The cache's shape and the batch (never the lengths: reading them would synchronise)
+    # The cache's shape, how it is held and the batch (never the lengths: reading them would
+    # synchronise)
+    kind = (f"paged{int(kb.shape[2])}" if block_table is not None
+            else "seqlens" if cache_seqlens is not None else "dense")
     problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
-                      dtype_name(q.dtype), causal)
+                      dtype_name(q.dtype), causal, kind)
     kernel, splits = _resolve(problem, q.device.index or 0, config)
     if k_new is not None and v_new is not None and cache_seqlens is not None:
         cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,

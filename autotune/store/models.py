@@ -87,13 +87,13 @@ class ProblemRow(Base):
     __tablename__ = "problems"
     __table_args__ = (
         UniqueConstraint("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
-                         "head_dim", "causal", name="uq_problems_shape"),
+                         "head_dim", "causal", "kv_cache", name="uq_problems_shape"),
         CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
         # The problem class (a config's fixed values) first: what `nearest` and the region rule
         # of dispatch filter on. The sizes after it make the index covering: the rows of a class
         # are ranked from the index alone (1.1 -> 0.65 ms for 250 rows of 5k, SQLite).
-        Index("ix_problems_class", "dtype", "head_dim", "causal", "seqlen_q", "seqlen_k",
-              "batch", "heads_q", "heads_kv"),
+        Index("ix_problems_class", "dtype", "head_dim", "causal", "kv_cache", "seqlen_q",
+              "seqlen_k", "batch", "heads_q", "heads_kv"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -105,6 +105,9 @@ class ProblemRow(Base):
     seqlen_k: Mapped[int] = mapped_column(Integer)
     head_dim: Mapped[int] = mapped_column(Integer)
     causal: Mapped[bool] = mapped_column(Boolean)
+    # How the keys and values are held (model.problem.KV_CACHES); "dense" for rows older than
+    # schema 0.4.0.
+    kv_cache: Mapped[str] = mapped_column(String(16), default="dense", server_default="dense")
 
 
 class TimedUnder:

@@ -63,8 +63,20 @@ def _distance(a: Problem, batch: int, heads_q: int, heads_kv: int, seqlen_q: int
 
 
 def _problem_of(row: ProblemRow) -> Problem:
-    return Problem(row.batch, row.heads_q, row.heads_kv, row.seqlen_q, row.seqlen_k,
-                   row.head_dim, row.dtype, bool(row.causal))
+    """The stored problem, validated again: a broken row is refused, never run."""
+    try:
+        return Problem(row.batch, row.heads_q, row.heads_kv, row.seqlen_q, row.seqlen_k,
+                       row.head_dim, row.dtype, bool(row.causal), row.kv_cache)
+    except ValueError as exc:
+        raise BrokenRow(f"stored problem #{row.id} is not valid: {exc}") from None
+
+
+def _problem_or_none(row: ProblemRow) -> Problem | None:
+    """`_problem_of`, None for a broken row: a listing skips it (broken_rows names it)."""
+    try:
+        return _problem_of(row)
+    except BrokenRow:
+        return None
 
 
 def _device_of(row: Device) -> DeviceInfo:
@@ -135,10 +147,12 @@ def _is_problem(problem: Problem) -> tuple[ColumnElement[bool], ...]:
     return tuple(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items())
 
 
-def _in_class(dtype: str, head_dim: int, causal: bool) -> tuple[ColumnElement[bool], ...]:
-    """The conditions that a problems row is of this problem class (ix_problems_class)."""
+def _in_class(dtype: str, head_dim: int, causal: bool,
+              kv_cache: str = "dense") -> tuple[ColumnElement[bool], ...]:
+    """The conditions that a problems row is of this problem class (ix_problems_class): a
+    config's fixed values and how the keys are held."""
     return (ProblemRow.dtype == dtype, ProblemRow.head_dim == head_dim,
-            ProblemRow.causal == causal)
+            ProblemRow.causal == causal, ProblemRow.kv_cache == kv_cache)
 
 
 RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
@@ -275,8 +289,8 @@ class TuningStore:
             return [{"id": m.id, "study": m.study, "phase": m.phase, "status": m.status,
                      "reason": m.reason, "config": json.loads(m.config.config_json),
                      "median_us": m.median_us, "tflops": m.tflops,
-                     "problem": _problem_of(p).as_dict(), "device": d.name}
-                    for m, p, d in rows]
+                     "problem": problem.as_dict(), "device": d.name}
+                    for m, p, d in rows if (problem := _problem_or_none(p)) is not None]
 
     # -- baselines --------------------------------------------------------------------------
 
@@ -406,8 +420,9 @@ class TuningStore:
                      .join(Measurement, Measurement.id == BestConfig.measurement_id)
                      .join(Build, Build.id == Measurement.build_id))
             timed = {best_id: key for best_id, key in s.execute(query)}
-            return {(row.device.name, _problem_of(row.problem)): timed[row.id]
-                    for row in self._best_rows(s, device) if timed.get(row.id)}
+            return {(row.device.name, problem): timed[row.id]
+                    for row in self._best_rows(s, device)
+                    if timed.get(row.id) and (problem := _problem_or_none(row.problem))}
 
     def family_tuned(self, device: DeviceInfo, problem: Problem, study: str,
                      current_key: Callable[[Config], str] | None = None) -> bool:
@@ -444,15 +459,16 @@ class TuningStore:
 
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
                 family: str | None = None) -> tuple[BestRecord, float] | None:
-        """The tuned problem of the same dtype, head dim and causality nearest to `problem`
-        (of those whose best config is of `family`, when given)."""
+        """The tuned problem of the same dtype, head dim, causality and KV-cache kind nearest to
+        `problem` (of those whose best config is of `family`, when given)."""
         # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
         # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
         # row), and only the nearest is read whole.
         query = (select(BestConfig.id, ProblemRow.batch, ProblemRow.heads_q, ProblemRow.heads_kv,
                         ProblemRow.seqlen_q, ProblemRow.seqlen_k)
                  .join(BestConfig.device).join(BestConfig.problem)
-                 .where(*_in_class(problem.dtype, problem.head_dim, problem.causal)))
+                 .where(*_in_class(problem.dtype, problem.head_dim, problem.causal,
+                                   problem.kv_cache)))
         if family is not None:
             query = query.join(BestConfig.config).where(KernelConfig.family == family)
         with self._transaction() as s:
@@ -578,7 +594,8 @@ class TuningStore:
 
     @staticmethod
     def _problem_ids(s: Session, wanted: set[Problem]) -> dict[Problem, int]:
-        known = {_problem_of(row): row for row in s.scalars(select(ProblemRow))}
+        known = {problem: row for row in s.scalars(select(ProblemRow))
+                 if (problem := _problem_or_none(row)) is not None}
         new = {p: ProblemRow(**p.as_dict()) for p in wanted if p not in known}
         s.add_all(new.values())
         s.flush()
@@ -764,9 +781,10 @@ class TuningStore:
             if limit is not None:
                 query = query.limit(limit)
             return [MissRecord(row.device_name, row.compute_capability, row.sm_count,
-                               _problem_of(row.problem), row.path, row.count,
+                               problem, row.path, row.count,
                                _iso_utc(row.first_seen), _iso_utc(row.last_seen))
-                    for row in s.scalars(query)]
+                    for row in s.scalars(query)
+                    if (problem := _problem_or_none(row.problem)) is not None]
 
 
 # -- runtime misses: helpers ----------------------------------------------------------------

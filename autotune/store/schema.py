@@ -175,8 +175,21 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     from alembic import command
 
     before = current_revision(engine)
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "head")
+    revisions = known_revisions()
+    if before is not None and before not in revisions:
+        raise SchemaError(f"the tuning database has schema {before}, which this cute-autotune "
+                          f"(schema {head_revision()}) does not know; upgrade cute-autotune")
+    pending = revisions[revisions.index(before) + 1:] if before is not None else revisions
+    try:
+        # One transaction per migration: a migration may need to act before its transaction
+        # starts (SQLite's foreign-key switch, 0.4.0), and each step that lands stays landed.
+        for revision in pending:
+            with engine.begin() as connection:
+                command.upgrade(_alembic_config(connection), revision)
+    finally:
+        # A migration may switch a connection's settings for its own work (SQLite's foreign
+        # keys, 0.4.0): no pooled connection outlives it.
+        engine.dispose()
     return before, head_revision()
 
 

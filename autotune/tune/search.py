@@ -107,7 +107,8 @@ def families_to_search(backend: Backend, families: Sequence[str] | None = None,
     if families is None:
         chosen = backend.families()
         if problem is not None:
-            chosen = [f for f in chosen if load_space(f).serves(problem.seqlen_q)]
+            chosen = [f for f in chosen if load_space(f).serves(problem.seqlen_q)
+                      and load_space(f).reads(problem.kv_cache)]
         if not chosen:
             supported = supported_families(target)
             raise ValueError(f"no kernel family to search on {target.name}: "
@@ -122,6 +123,13 @@ def families_to_search(backend: Backend, families: Sequence[str] | None = None,
         if not space.supports(target.cc):
             raise ValueError(f"family {family} runs on {space.cc_range()}; {target.name} is "
                              f"{target.arch}")
+    if problem is not None and problem.kv_cache != "dense":
+        # A shape set may mix plain and KV-cache problems: the latter go to the families
+        # that read caches among those asked for.
+        chosen = [f for f in chosen if load_space(f).reads(problem.kv_cache)]
+        if not chosen:
+            raise ValueError(f"none of the families asked for reads a {problem.kv_cache} KV "
+                             f"cache ({problem.describe()}); the decode family does")
     return chosen
 
 
@@ -290,7 +298,12 @@ def rerank_finalists(problem: Problem, backend: Backend, store: TuningStore,
                                             phase=phase, baseline_us=sdpa_default)
         if result.ok:
             final.append(_Reranked(result, measurement_id, study))
-    winner, decision, runner_up = choose_winner(final, {b.config.digest: b for b in builds})
+    # SDPA cannot read a KV cache (it is timed on the same keys held contiguous): beside a
+    # KV-cache problem's kernels it is the baseline, never the winner.
+    eligible = final if problem.kv_cache == "dense" else [
+        r for r in final if r.result.config.family != SDPA_FAMILY]
+    winner, decision, runner_up = choose_winner(eligible,
+                                                {b.config.digest: b for b in builds})
     if winner is not None and write_best:
         store.set_best(device, problem, winner.result, measurement_id=winner.measurement_id,
                        study=winner.study, trials=trials, sdpa_default_us=sdpa_default,

@@ -260,8 +260,9 @@ def test_lookups_answer_what_a_scan_of_every_row_answers(url: str, seed: int) ->
 # -- indexes and the schema check --------------------------------------------------------------
 
 
-LOOKUP_INDEXES = {("problems", "ix_problems_class", ("dtype", "head_dim", "causal", "seqlen_q",
-                                                     "seqlen_k", "batch", "heads_q", "heads_kv")),
+LOOKUP_INDEXES = {("problems", "ix_problems_class", ("dtype", "head_dim", "causal", "kv_cache",
+                                                     "seqlen_q", "seqlen_k", "batch", "heads_q",
+                                                     "heads_kv")),
                   ("best_configs", "ix_best_configs_problem", ("problem_id",))}
 
 

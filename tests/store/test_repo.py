@@ -107,6 +107,9 @@ def test_export_import_round_trip(store: TuningStore, tmp_path: Path) -> None:
     (lambda e: e["config"].update(head_dim=64), "another problem class"),
     (lambda e: e.update(median_us=-1), "median_us must be a time from 0.5 us"),
     (lambda e: e["problem"].update(heads_kv=5), "multiple of heads_kv"),
+    (lambda e: e["problem"].update(kv_cache="paged3'); DROP TABLE problems; --"),
+     "kv_cache must be one of"),
+    (lambda e: e["problem"].update(kv_cache="paged48"), "kv_cache must be one of"),
     (lambda e: e.pop("device"), "entry #0"),
 ])
 def test_import_validates_every_entry_and_imports_nothing_on_error(
@@ -246,3 +249,38 @@ def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
     for shape, state in rows.items():
         line = next(x for x in out.splitlines() if shape + " " in x)
         assert line.rstrip().endswith(state), line
+
+
+def test_a_kv_cache_kind_is_its_own_problem_and_class(store: TuningStore,
+                                                      tmp_path: Path) -> None:
+    """A paged or padded cache of the same shape is another problem: its best, its timings and
+    its nearest neighbours never mix with the dense one's; export and import keep the kind."""
+    dense = Problem(8, 32, 8, 1, 32768, 128, "fp16", False)
+    paged = Problem(8, 32, 8, 1, 32768, 128, "fp16", False, "paged64")
+    put_best(store, dense, 100.0)
+    assert store.best(H200, paged) is None
+    assert store.nearest(H200, paged) is None  # another kind is not a neighbour
+    put_best(store, paged, 130.0, block_n=32)
+    best = store.best(H200, paged)
+    assert best is not None and best.problem == paged and best.median_us == 130.0
+    assert store.best(H200, dense).median_us == 100.0  # type: ignore[union-attr]
+    near = store.nearest(H200, Problem(16, 32, 8, 1, 32768, 128, "fp16", False, "paged64"))
+    assert near is not None and near[0].problem == paged
+    assert {r.problem for r in store.list_best()} == {dense, paged}
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps(store.export()))
+    other = TuningStore(f"sqlite:///{tmp_path}/other.db")
+    other.import_results(json.loads(path.read_text()))
+    assert {r.problem for r in other.list_best()} == {dense, paged}
+
+
+
+def test_a_problem_row_with_a_hostile_kv_cache_is_refused_not_run(store: TuningStore) -> None:
+    put_best(store, P, 400.0)
+    paged = Problem(8, 32, 8, 1, 32768, 128, "fp16", False, "paged64")
+    put_best(store, paged, 130.0)
+    with store.engine.begin() as c:  # someone edits the database by hand
+        c.exec_driver_sql("UPDATE problems SET kv_cache = 'paged64; rm -rf /' "
+                          "WHERE kv_cache = 'paged64'")
+    assert [r.problem for r in store.list_best()] == [P]  # the rest is served
+    assert any("kv_cache must be one of" in reason for reason in store.broken_rows())
