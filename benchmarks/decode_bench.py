@@ -46,9 +46,14 @@ PAGED = [Problem(8, 32, 8, 1, 32768, 128, "bf16", False),
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the space's num_splits values
 WIDE = False  # --wide
-# (block_m, block_n, num_warps, kv_stages, pack_gqa)
-CANDIDATES = [(16, 128, 4, 3, True), (16, 64, 4, 4, True), (32, 128, 4, 3, True),
-              (16, 256, 8, 2, True), (64, 64, 4, 2, True), (16, 128, 4, 3, False)]
+# (block_m, block_n, num_warps, kv_stages, pack_gqa): the configs that made the top 5 of the
+# v2 --wide search (every 16- and 32-row config, results/decode/decode_bench_v2_h200.json) on
+# 8 or more of its 41 problems, and the two MHA winners (no packing).
+CANDIDATES = [(32, 64, 4, 3, True), (16, 64, 4, 3, True), (16, 32, 2, 3, True),
+              (32, 32, 2, 3, True), (32, 64, 4, 2, True), (32, 32, 2, 2, True),
+              (16, 64, 4, 2, True), (16, 64, 4, 4, True), (16, 32, 2, 2, True),
+              (16, 128, 8, 3, True), (16, 128, 8, 2, True), (16, 64, 4, 3, False),
+              (16, 32, 2, 3, False)]
 
 
 def configs_for(problem: Problem, wide: bool) -> list[Config]:
@@ -67,8 +72,10 @@ def configs_for(problem: Problem, wide: bool) -> list[Config]:
                 and int(c["block_n"]) <= 128
                 and (c["pack_gqa"] or problem.heads_q == problem.heads_kv)]
     wanted = {(bm, bn, w, st, pk) for bm, bn, w, st, pk in CANDIDATES}
+    rows = problem.seqlen_q * problem.group_size
     return [c for c in valid if (c["block_m"], c["block_n"], c["num_warps"], c["kv_stages"],
-                                 c["pack_gqa"]) in wanted]
+                                 c["pack_gqa"]) in wanted and (c["block_m"] == 16 or rows >= 32)
+            and (c["pack_gqa"] or problem.heads_q == problem.heads_kv)]
 
 
 def _target() -> Any:

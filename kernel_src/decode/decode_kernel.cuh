@@ -60,6 +60,11 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The combine (a programmatic dependent launch, launcher.cpp) may be scheduled once every
+  // CTA of this grid has started; it waits for this grid's results itself.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 
   // The work tile.
   const int group = Traits::kPackGqa ? p.head_ratio : 1;
@@ -368,6 +373,11 @@ __forceinline__ __device__ void combine_rows(FwdParams const& p) {
   constexpr int kHeadDim = Traits::kHeadDim;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the split kernel on sm_90 and newer: wait until
+  // that grid has finished and its partial O and LSE are visible.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   const int64_t row = int64_t(blockIdx.x) * kCombineWarps + warp;
   if (row >= rows) { return; }

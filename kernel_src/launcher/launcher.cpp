@@ -49,6 +49,7 @@ struct Driver {
   decltype(&::cuFuncSetAttribute) func_set_attribute;
   decltype(&::cuFuncGetAttribute) func_get_attribute;
   decltype(&::cuLaunchKernel) launch_kernel;
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex;  // null on drivers before CUDA 12.0
   decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled;
   decltype(&::cuDeviceGetAttribute) device_get_attribute;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_blocks;
@@ -87,6 +88,8 @@ const Driver& driver() {
       resolve(lib, d.func_set_attribute, "cuFuncSetAttribute");
       resolve(lib, d.func_get_attribute, "cuFuncGetAttribute");
       resolve(lib, d.launch_kernel, "cuLaunchKernel");
+      d.launch_kernel_ex =
+          reinterpret_cast<decltype(d.launch_kernel_ex)>(dlsym(lib, "cuLaunchKernelEx"));
       resolve(lib, d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
       resolve(lib, d.device_get_attribute, "cuDeviceGetAttribute");
       resolve(lib, d.occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -165,6 +168,10 @@ struct Plan {
   unsigned grid[3] = {0, 0, 0};
   CUfunction function = nullptr;
   CUfunction combine = nullptr;  // set when params.num_splits > 1
+  // Launch the combine as a programmatic dependent of the split kernel (sm_90 and newer): it
+  // is scheduled while the split kernel's last CTAs run and waits for their results in-kernel
+  // (griddepcontrol.wait), so the launch gap between the two leaves the critical path.
+  bool overlap_combine = false;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
 
@@ -194,7 +201,8 @@ struct Plan {
       }
       submit(function, grid, info.threads, info.smem_bytes, &p, stream);
       const unsigned combine_grid[3] = {cute_autotune::combine_grid(p), 1, 1};
-      submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream);
+      submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream,
+             overlap_combine);
       return;
     }
     if (info.tma_box_cols == 0) {
@@ -218,12 +226,30 @@ struct Plan {
 
  private:
   void submit(CUfunction fn, const unsigned g[3], int threads, int smem, void* kernel_params,
-              uintptr_t stream) const {
+              uintptr_t stream, bool programmatic_dependent = false) const {
     void* args[] = {kernel_params};
     ScopedContext scope(ctx);
-    check(driver().launch_kernel(fn, g[0], g[1], g[2], threads, 1, 1, smem,
-                                 reinterpret_cast<CUstream>(stream), args, nullptr),
-          "cuLaunchKernel");
+    if (!programmatic_dependent) {
+      check(driver().launch_kernel(fn, g[0], g[1], g[2], threads, 1, 1, smem,
+                                   reinterpret_cast<CUstream>(stream), args, nullptr),
+            "cuLaunchKernel");
+      return;
+    }
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = g[0];
+    config.gridDimY = g[1];
+    config.gridDimZ = g[2];
+    config.blockDimX = unsigned(threads);
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = unsigned(smem);
+    config.hStream = reinterpret_cast<CUstream>(stream);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    check(driver().launch_kernel_ex(&config, fn, args, nullptr), "cuLaunchKernelEx");
   }
 };
 
@@ -244,6 +270,12 @@ class Kernel {
     if (info_.split_kv != 0) {
       check(d.module_get_function(&combine_, module_, CUTE_AUTOTUNE_COMBINE_SYMBOL),
             "cuModuleGetFunction(" CUTE_AUTOTUNE_COMBINE_SYMBOL ")");
+      // The combine entry waits on its primary (griddepcontrol.wait) when built for sm_90 and
+      // newer, which a cubin running on such a device is.
+      int major = 0;
+      check(d.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+      overlap_combine_ = major >= 9 && d.launch_kernel_ex != nullptr;
     }
     CUdeviceptr info_ptr;
     size_t info_bytes = 0;
@@ -351,6 +383,7 @@ class Kernel {
     cute_autotune::fwd_grid(info_, p, resident_ctas_, plan.grid);
     plan.function = function_;
     plan.combine = combine_;
+    plan.overlap_combine = overlap_combine_;
     plan.ctx = ctx_;
     plan.info = info_;
     return plan;
@@ -401,6 +434,7 @@ class Kernel {
   CUmodule module_ = nullptr;  // kept for the life of the process with its Kernel
   CUfunction function_ = nullptr;
   CUfunction combine_ = nullptr;  // the split-KV combine entry, when LaunchInfo says split_kv
+  bool overlap_combine_ = false;   // see Plan::overlap_combine
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
 };

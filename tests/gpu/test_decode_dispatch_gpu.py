@@ -14,7 +14,7 @@ import autotune
 from autotune.measure.reference import reference_attention
 from autotune.model.problem import Problem
 from autotune.model.space import load_space
-from autotune.runtime.attention import configure
+from autotune.runtime.attention import configure, dispatcher
 from autotune.runtime.dispatch import device_info
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
@@ -71,3 +71,36 @@ def test_exact_path_runs_the_tuned_decode_kernel_with_its_splits() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert_matches(captured, None, q, k, v)
+
+
+PAGED = Problem(3, 32, 8, 4, 4096, 128, "bf16", True, "paged16")
+
+
+def test_a_cache_problem_is_timed_on_its_cache_and_dispatched_by_kind() -> None:
+    """A trial of a KV-cache problem reads the cache as engines hold it (pages through a
+    shuffled table, or per-sequence lengths) beside SDPA on the same keys; the tuned config of
+    a kind is what `attention_with_kvcache` resolves for a call of that kind, and a kind nobody
+    tuned borrows the dense cache's tuning."""
+    from dataclasses import replace
+
+    from autotune.build.compiler import compile_config
+    from autotune.measure import trial
+    from autotune.runtime import decode_choice
+
+    config = load_space("decode").config(**PAGED.space_values(), **{**TILE, "num_splits": 4})
+    build = compile_config(config)
+    for problem in (PAGED, replace(PAGED, kv_cache="seqlens"), replace(PAGED, kv_cache="dense")):
+        result = trial.evaluate(problem, build, rounds=3, round_ms=5.0)
+        assert result.ok and result.baseline_us is not None, (problem, result)
+        assert 0 < (result.median_us or 0) < 10 * result.baseline_us
+    db_config = config.replace(num_splits=2)
+    store = dispatcher().store()
+    store.set_best(device_info(0), PAGED, TrialResult(db_config, "ok", median_us=20.0),
+                   measurement_id=None, study="test", trials=1, sdpa_default_us=30.0,
+                   sdpa_flash_us=40.0)
+    configure(db=store.url, use_shipped=False)  # a fresh dispatcher sees the new row
+    chosen = decode_choice(PAGED, 0)
+    assert chosen is not None and chosen[0] == db_config
+    borrowed = decode_choice(replace(PROBLEM, kv_cache="seqlens"), 0)
+    assert borrowed is not None and "dense" in borrowed[1]
+    assert borrowed[0]["num_splits"] == 8

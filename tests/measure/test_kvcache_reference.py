@@ -71,3 +71,27 @@ def test_random_caches_agree_paged_and_padded(seed: int) -> None:
     for i, n in enumerate(lengths):
         if n == 0:
             assert (a[0][i] == 0).all() and torch.isneginf(a[1][i]).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_sdpa_baseline_mask_computes_the_padded_cache(causal: bool) -> None:
+    """A "seqlens" problem's SDPA baseline reads the padded cache whole with `length_mask`:
+    it must compute what the kernels compute (the reference, one sequence at a time)."""
+    from autotune.measure.inputs import length_mask
+    from autotune.model.problem import Problem
+
+    problem = Problem(5, 8, 2, 4, 96, 32, "fp16", causal, "seqlens")
+    lengths = problem.cache_lengths
+    assert lengths is not None
+    case = KVCase.make(5, 8, 2, 4, 96, lengths, head_dim=32, dtype="fp16", causal=causal,
+                       layout="bhld")
+    inputs = make_kv_inputs(case, "cpu", 3)
+    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    k, v = (t.nan_to_num(0.0).float() for t in (inputs.k_cache, inputs.v_cache))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        inputs.q.float(), k, v, attn_mask=length_mask(problem, seqlens), scale=1 / math.sqrt(32),
+        enable_gqa=True)
+    ref, _ = reference_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                                    cache_seqlens=seqlens, block_table=None, causal=causal,
+                                    scale=1 / math.sqrt(32), layout="bhld")
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
