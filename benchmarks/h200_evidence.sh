@@ -59,6 +59,9 @@
 #                                              # splits, packing, append, CUDA graph), the decode
 #                                              # bench beside SDPA and a device copy, and a sample
 #                                              # of its configs through `check` (cubins in .c90pack)
+#   UNTIL=540 bash benchmarks/h200_evidence.sh decode15v3  # decode kernel v3: its GPU tests,
+#                                              # the bench, a piece of decode-tuning (.tuning
+#                                              # carried), CHECK=1: D=128 configs through check
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -248,6 +251,48 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+decode15v3)
+  # Issue 15, decode kernel v3 (cubins prebuilt and carried in .c90pack): the decode GPU tests,
+  # the decode bench beside SDPA and a device copy (BENCH=0 skips it), then a piece of the
+  # decode-tuning session (families decode; torch SDPA's backends in every re-ranking) into
+  # .tuning/h200.db, carried between calls and returned in $OUT; with the time left (CHECK=1),
+  # D=128 decode configs through `check` (KV-cache cases included) in a fixed order from
+  # CHECK_FROM, so that calls continue each other. UNTIL: seconds for the whole stage.
+  f=$OUT/decode15v3; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  left() { echo $(( ${UNTIL:-540} - ($(date +%s) - t0) )); }
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout 180 python3 -m pytest tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py \
+      -v -rA > "$f/pytest_decode_gpu.txt" 2>&1; echo "pytest rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${BENCH:-1}" = 1 ]; then
+    timeout "${BENCH_S:-200}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
+      --extra --paged > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "$(left)" -gt 60 ]; then
+    python3 -m autotune.cli tune --shapes decode-tuning --family decode --trials "${TRIALS:-8}" \
+      --rerank-top "${RERANK_TOP:-3}" --skip-tuned --stop-after "$(( $(left) - ${CHECK_S:-0} - 30 ))" \
+      --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_piece_$t0.json" --quiet \
+      > "$f/tune_piece_$t0.txt" 2>&1; echo "tune rc $? at $(( $(date +%s) - t0 )) s"
+    cp .tuning/h200.db "$OUT/h200.db"
+  fi
+  if [ "${CHECK:-0}" = 1 ] && [ "$(left)" -gt 30 ]; then
+    python3 - "${CHECK_FROM:-0}" > /tmp/check_configs.json <<'PY'
+import json, sys
+from autotune.model import load_space, target_for_arch
+space = load_space("decode")
+configs = space.valid_configs(target_for_arch(90), {"head_dim": 128, "num_splits": 1})
+print(json.dumps([c.as_dict() for c in configs[int(sys.argv[1]):]]))
+PY
+    # `check` writes its JSON at the end: --limit keeps it inside the time left (about 1 s per
+    # config with its cubin carried), the timeout only guards.
+    timeout "$(( $(left) - 10 ))" python3 -m autotune.cli check --config @/tmp/check_configs.json \
+      --limit "$(( ($(left) - 30) * 2 / 3 ))" --json "$f/decode_check_d128_from${CHECK_FROM:-0}.json" --quiet \
+      > "$f/decode_check_d128_from${CHECK_FROM:-0}.txt" 2>&1; echo "check rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  tail -n 3 "$f/pytest_decode_gpu.txt" 2>/dev/null; grep -E "FAILED|ERROR" "$f/pytest_decode_gpu.txt" 2>/dev/null | head
+  tail -n 44 "$f/decode_bench_h200.txt" 2>/dev/null | cut -c1-150; tail -n 6 "$f"/tune_piece_*.txt 2>/dev/null
+  tail -n 2 "$f"/decode_check_*.txt 2>/dev/null
   ;;
 decode15)
   # The decode family: its GPU tests, the bench beside SDPA and a device copy (WIDE=1: every
