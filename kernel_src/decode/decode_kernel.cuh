@@ -168,30 +168,30 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
     static_assert(kBlockN * kChunksPerRow % kNThreads == 0);
     if constexpr (kFixedColumn) {
       load_kv_fixed_column(n_block, stage);
-      return;
-    }
-    CUTE_UNROLL
-    for (int it = 0; it < kBlockN * kChunksPerRow / kNThreads; ++it) {
-      const int c = it * kNThreads + tid;
-      const int r = c / kChunksPerRow;
-      const int col = c % kChunksPerRow * 8;
-      const int j = n_block * kBlockN + r;
-      const bool valid = j < seqlen_k;
-      int64_t k_off = 0, v_off = 0;
-      if (valid) {
-        if (paged) {
-          const int64_t page = pages[j >> p.page_size_log2];
-          const int in_page = j & page_mask;
-          k_off = page * p.k_batch_stride + in_page * p.k_row_stride;
-          v_off = page * p.v_batch_stride + in_page * p.v_row_stride;
-        } else {
-          k_off = batch * p.k_batch_stride + j * p.k_row_stride;
-          v_off = batch * p.v_batch_stride + j * p.v_row_stride;
+    } else {
+      CUTE_UNROLL
+      for (int it = 0; it < kBlockN * kChunksPerRow / kNThreads; ++it) {
+        const int c = it * kNThreads + tid;
+        const int r = c / kChunksPerRow;
+        const int col = c % kChunksPerRow * 8;
+        const int j = n_block * kBlockN + r;
+        const bool valid = j < seqlen_k;
+        int64_t k_off = 0, v_off = 0;
+        if (valid) {
+          if (paged) {
+            const int64_t page = pages[j >> p.page_size_log2];
+            const int in_page = j & page_mask;
+            k_off = page * p.k_batch_stride + in_page * p.k_row_stride;
+            v_off = page * p.v_batch_stride + in_page * p.v_row_stride;
+          } else {
+            k_off = batch * p.k_batch_stride + j * p.k_row_stride;
+            v_off = batch * p.v_batch_stride + j * p.v_row_stride;
+          }
         }
+        const int slot = stage * kNWarps + r / kWarpN;
+        cp_async_16(&sK(r % kWarpN, col, slot), k + k_off + col, valid);
+        cp_async_16(&sV(r % kWarpN, col, slot), v + v_off + col, valid);
       }
-      const int slot = stage * kNWarps + r / kWarpN;
-      cp_async_16(&sK(r % kWarpN, col, slot), k + k_off + col, valid);
-      cp_async_16(&sV(r % kWarpN, col, slot), v + v_off + col, valid);
     }
   };
   // Loads the split's tile of ordinal t (walked from the last key tile back) into `stage`, then
