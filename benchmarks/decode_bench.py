@@ -9,10 +9,12 @@ Effective bandwidth = bytes of K and V for the valid lengths + Q read + O writte
 device-to-device copy of 4 GiB is timed in the same run; the roofline of a problem is
 min(680 TFLOP/s, group x Lq FLOP per byte x the copy bandwidth). Caches are contiguous
 [B, Lk, Hkv, D] ("blhd"), SDPA gets contiguous [B, H, L, D]; with --paged the same problem is
-also run on a paged cache (pages of 16 and 64, shuffled) with the winner's config.
+also run with the winner's config on a paged cache (pages of 16 and 64, shuffled; SDPA on the
+same keys contiguous) and on the padded cache with per-sequence lengths spread over [Lk/2, Lk]
+(SDPA with the lengths as a mask).
 
-The search here is the stand-in for tuning the family until the tuner searches split counts:
-its winners are what this script reports, not what dispatch would pick.
+The search here is the family's own best kernel on each problem (the issue's measure); what
+dispatch runs is the tuned database's choice (`cute-autotune bench`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import torch
 
 from autotune.measure import measure, sdpa_call
+from autotune.measure.inputs import length_mask
 from autotune.model import Config, Problem, load_shape_set
 from autotune.runtime import decode_kernel
 
@@ -183,7 +187,33 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
                             roofline_us, config_json, int(best_splits), rel, None,
                             contiguous_us=t["ours"], paged_max_diff=diff))
             del k_p, v_p
+        rows.append(seqlens_row(problem, kernel, (q, k, v), (q_s, k_s, v_s), int(best_splits),
+                                copy_bw, config_json))
     return rows
+
+
+def seqlens_row(problem: Problem, kernel: Any, blhd: tuple[torch.Tensor, ...],
+                bhld: tuple[torch.Tensor, ...], splits: int, copy_bw: float,
+                config_json: str) -> dict[str, Any]:
+    """The padded cache with per-sequence lengths (the "seqlens" kind's lengths, spread over
+    [Lk/2, Lk]) against SDPA on the same cache with the lengths as a mask; bandwidth counts
+    the rows the sequences hold."""
+    kind = replace(problem, kv_cache="seqlens")
+    lengths = torch.tensor(kind.cache_lengths, dtype=torch.int32, device="cuda")
+    sdpa = sdpa_call("default", *bhld, causal=problem.causal, mask=length_mask(kind, lengths))
+    q, k, v = blhd
+
+    def call() -> torch.Tensor:
+        out: torch.Tensor = kernel.with_kvcache(q, k, v, cache_seqlens=lengths,
+                                                num_splits=splits)[0]
+        return out
+
+    got, want = call().float(), sdpa().transpose(1, 2).float()
+    rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    t = alternating({"seqlens": call, "sdpa": sdpa})
+    roofline_us = max(kind.flops / 680e12, kind.bytes / (copy_bw * 1e12)) * 1e6
+    return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline_us, config_json,
+               splits, rel, None)
 
 
 def _ignore_set(call: Callable[[], Any], _input_set: int) -> Any:
