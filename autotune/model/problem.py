@@ -48,6 +48,9 @@ class Problem:
                 self.kv_cache not in ("dense", "seqlens") and not self.page_size):
             raise ValueError(f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
                              f"{MAX_PAGE_SIZE}), got {self.kv_cache!r}")
+        if self.seqlen_k % (self.page_size or 1):
+            raise ValueError(f"a {self.kv_cache} cache holds whole pages: seqlen_k "
+                             f"({self.seqlen_k}) must be a multiple of {self.page_size}")
 
     @property
     def page_size(self) -> int:

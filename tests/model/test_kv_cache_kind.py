@@ -34,6 +34,12 @@ def test_a_kind_that_is_not_one_is_refused(kind: object) -> None:
         Problem(*SHAPE, kind)  # type: ignore[arg-type]
 
 
+def test_a_paged_cache_holds_whole_pages() -> None:
+    with pytest.raises(ValueError, match="multiple of 64"):
+        Problem(8, 32, 8, 1, 1000, 128, "bf16", False, "paged64")
+    assert Problem(8, 32, 8, 1, 1000, 128, "bf16", False, "paged8").page_size == 8
+
+
 def test_a_kind_is_part_of_the_identity() -> None:
     dense, paged = Problem(*SHAPE), Problem(*SHAPE, "paged16")  # type: ignore[arg-type]
     assert dense.kv_cache == "dense" and dense != paged and len({dense, paged}) == 2
