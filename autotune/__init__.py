@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported lazily at run time (__getattr__), typed for checke
     from .build.compiler import BuildResult, compile_config, compile_many, lookup
     from .runtime.attention import attention, configure, explain
     from .runtime.kvcache import attention_with_kvcache
+    from .runtime.sdpa_dropin import explain_sdpa, scaled_dot_product_attention, sdpa_dispatch
     from .tune.search import FamilyOutcome, SearchSettings, TuneOutcome
     from .tune.tuning import BestAnswer, best_config, tune
 
@@ -45,9 +46,12 @@ __all__ = [
     "compile_many",
     "default_target",
     "explain",
+    "explain_sdpa",
     "families",
     "load_space",
     "lookup",
+    "scaled_dot_product_attention",
+    "sdpa_dispatch",
     "supported_families",
     "target_for_arch",
     "tune",
@@ -63,6 +67,9 @@ _LAZY = {
     "attention_with_kvcache": "runtime.kvcache",
     "explain": "runtime.attention",
     "configure": "runtime.attention",
+    "scaled_dot_product_attention": "runtime.sdpa_dropin",
+    "sdpa_dispatch": "runtime.sdpa_dropin",
+    "explain_sdpa": "runtime.sdpa_dropin",
     "BuildResult": "build.compiler",
     "compile_config": "build.compiler",
     "compile_many": "build.compiler",

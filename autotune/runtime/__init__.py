@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
     from .attention import configure, explain
     from .dispatch import device_info
     from .kvcache import attention_with_kvcache, decode_choice, decode_kernel, default_splits
+    from .sdpa_dropin import explain_sdpa, scaled_dot_product_attention, sdpa_dispatch, sdpa_route
 
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
@@ -24,6 +25,10 @@ __all__ = [
     "default_splits",
     "device_info",
     "explain",
+    "explain_sdpa",
+    "scaled_dot_product_attention",
+    "sdpa_dispatch",
+    "sdpa_route",
 ]
 
 # `attention` itself is `autotune.attention`: here the name is the submodule `runtime.attention`.
@@ -36,6 +41,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "decode_choice": ("kvcache", "decode_choice"),
     "decode_kernel": ("kvcache", "decode_kernel"),
     "default_splits": ("kvcache", "default_splits"),
+    "explain_sdpa": ("sdpa_dropin", "explain_sdpa"),
+    "scaled_dot_product_attention": ("sdpa_dropin", "scaled_dot_product_attention"),
+    "sdpa_dispatch": ("sdpa_dropin", "sdpa_dispatch"),
+    "sdpa_route": ("sdpa_dropin", "sdpa_route"),
 }
 
 
