@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # imported lazily at run time (__getattr__), typed for checke
     from .runtime.attention import attention, configure, explain
     from .runtime.kvcache import attention_with_kvcache
     from .runtime.sdpa_dropin import explain_sdpa, scaled_dot_product_attention, sdpa_dispatch
+    from .runtime.transformers_attention import register_transformers
     from .tune.search import FamilyOutcome, SearchSettings, TuneOutcome
     from .tune.tuning import BestAnswer, best_config, tune
 
@@ -50,6 +51,7 @@ __all__ = [
     "families",
     "load_space",
     "lookup",
+    "register_transformers",
     "scaled_dot_product_attention",
     "sdpa_dispatch",
     "supported_families",
@@ -70,6 +72,7 @@ _LAZY = {
     "scaled_dot_product_attention": "runtime.sdpa_dropin",
     "sdpa_dispatch": "runtime.sdpa_dropin",
     "explain_sdpa": "runtime.sdpa_dropin",
+    "register_transformers": "runtime.transformers_attention",
     "BuildResult": "build.compiler",
     "compile_config": "build.compiler",
     "compile_many": "build.compiler",

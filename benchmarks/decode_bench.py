@@ -32,8 +32,7 @@ from typing import Any
 
 import torch
 
-from autotune.measure import measure, sdpa_call
-from autotune.measure.inputs import length_mask
+from autotune.measure import length_mask, measure, sdpa_call
 from autotune.model import Config, Problem, load_shape_set
 from autotune.runtime import decode_kernel
 

@@ -10,7 +10,7 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .gpu_tasks import describe_device, time_sdpa
-    from .inputs import problem_inputs
+    from .inputs import length_mask, problem_inputs
     from .kvcache_inputs import KVCase, make_kv_inputs
     from .reference import reference_attention, reference_with_kvcache
     from .sdpa import accepted_backends, sdpa_call
@@ -28,6 +28,7 @@ __all__ = [
     "describe_device",
     "evaluate",
     "input_sets_needed",
+    "length_mask",
     "make_kv_inputs",
     "measure",
     "problem_inputs",
@@ -46,6 +47,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "sdpa_call": ("sdpa", "sdpa_call"),
     "reference_attention": ("reference", "reference_attention"),
     "reference_with_kvcache": ("reference", "reference_with_kvcache"),
+    "length_mask": ("inputs", "length_mask"),
     "problem_inputs": ("inputs", "problem_inputs"),
     "describe_device": ("gpu_tasks", "describe_device"),
     "time_sdpa": ("gpu_tasks", "time_sdpa"),
