@@ -29,6 +29,7 @@ from ..model.target import Target, default_target, target_for_arch
 from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
 from . import tuning as cli_tuning
+from .args import HelpFormatter, nonnegative_int, positive_float, positive_int
 from .build_table import build_table
 from .table import render_table
 
@@ -331,51 +332,62 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", default="sm80", help="kernel family (default: sm80)")
+    p.add_argument("--family", default="sm80", help="kernel family")
     p.add_argument("--config", action="append",
                    help="a config as JSON, or @file.json holding one or a list (repeatable)")
-    p.add_argument("--head-dim", type=int, nargs="+", help="head dims (default: all)")
+    p.add_argument("--head-dim", type=positive_int, nargs="+", help="head dims (default: all)")
     p.add_argument("--dtype", nargs="+", choices=["fp16", "bf16"], help="dtypes (default: both)")
-    p.add_argument("--causal", choices=["false", "true", "both"], default="both")
+    p.add_argument("--causal", choices=["false", "true", "both"], default="both",
+                   help="which masks: full, causal or both")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="pin a parameter, e.g. --set block_m=128 (repeatable)")
-    p.add_argument("--sample", type=int, help="a random sample of this many valid configs")
-    p.add_argument("--seed", type=int, help="seed for --sample and for validation inputs")
-    p.add_argument("--limit", type=int, help="at most this many configs")
+    p.add_argument("--sample", type=positive_int,
+                   help="a random sample of this many valid configs")
+    p.add_argument("--seed", type=nonnegative_int,
+                   help="seed for --sample and for validation inputs")
+    p.add_argument("--limit", type=positive_int, help="at most this many configs")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")
-    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--jobs", type=positive_int,
+                   help="parallel nvcc processes (default: all cores)")
     p.add_argument("--force", action="store_true", help="rebuild even when cached")
     p.add_argument("--json", help="write full results to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
-        prog="cute-autotune",
+        prog="cute-autotune", formatter_class=HelpFormatter,
         description="Autotuning explorer for CuTe FlashAttention-forward kernels.")
+    parser.add_argument("--version", action="version", version=f"cute-autotune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compile", help="build configs (or a whole space) into cubins")
     _add_selection(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("check", help="build and validate configs on the GPU")
     _add_selection(p)
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=positive_float, default=120.0,
                    help="seconds one config's validation may take before it counts as a hang")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("demo", help="the main job: static analysis and a build of each "
                        "family's default; on a GPU a short tuning session, the best config and "
                        "a tuned attention() call against torch SDPA")
-    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128])
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--trials", type=int, default=6, help="tuning trials per kernel family")
+    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128],
+                   help="head dim of the demo's problem (B4 H16 L2048 fp16)")
+    p.add_argument("--causal", action="store_true", help="a causal mask")
+    p.add_argument("--trials", type=positive_int, default=6,
+                   help="tuning trials per kernel family")
     p.add_argument("--db", help="SQLAlchemy URL of the tuning database (default: "
                    "$CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
-    p.add_argument("--family", default="sm80")
-    p.add_argument("--arch")
+    p.add_argument("--family", default="sm80", help="kernel family")
+    p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")
     p.set_defaults(func=cmd_space)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
     return parser
 
 

@@ -19,18 +19,21 @@ from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from ..store.schema import StoreError, default_url, describe, make_engine, upgrade
 from ..tune.search import Progress, SearchSettings, TuneOutcome
+from .args import nonnegative_int, positive_float, positive_int
 from .table import render_table
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads-q", type=int, required=required)
-    p.add_argument("--heads-kv", type=int, help="default: --heads-q (MHA)")
-    p.add_argument("--seqlen-q", type=int, required=required)
-    p.add_argument("--seqlen-k", type=int, help="default: --seqlen-q")
-    p.add_argument("--head-dim", type=int, required=required)
-    p.add_argument("--dtype", choices=["fp16", "bf16"], help="default: fp16")
-    p.add_argument("--causal", action="store_true")
+    p.add_argument("--batch", type=positive_int, default=1, help="batch size B")
+    p.add_argument("--heads-q", type=positive_int, required=required, help="query heads Hq")
+    p.add_argument("--heads-kv", type=positive_int,
+                   help="key/value heads Hkv, dividing Hq (default: --heads-q, MHA)")
+    p.add_argument("--seqlen-q", type=positive_int, required=required, help="query length Lq")
+    p.add_argument("--seqlen-k", type=positive_int, help="key length Lk (default: --seqlen-q)")
+    p.add_argument("--head-dim", type=positive_int, required=required, help="head dim D")
+    p.add_argument("--dtype", choices=["fp16", "bf16"], help="element type (default: fp16)")
+    p.add_argument("--causal", action="store_true",
+                   help="a causal mask (aligned bottom-right when Lq != Lk)")
     p.add_argument("--kv-cache", metavar="KIND",
                    help="how the keys are held: dense (default), seqlens (a padded cache with "
                         "per-sequence lengths) or paged<N> (pages of N rows), the decode "
@@ -563,19 +566,23 @@ def register(sub: Any) -> None:
     p.add_argument("--without-sdpa", action="store_true",
                    help="leave torch SDPA's backends out of the final re-ranking (to study the "
                    "kernels alone; the stored best may then be slower than SDPA)")
-    p.add_argument("--trials", type=int, default=40,
+    p.add_argument("--trials", type=positive_int, default=40,
                    help="new configs to evaluate per shape and family")
-    p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-budget", type=float, help="seconds of search per shape and family")
-    p.add_argument("--stop-after", type=float,
+    p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe",
+                   help="how configs are proposed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the sampler")
+    p.add_argument("--time-budget", type=positive_float,
+                   help="seconds of search per shape and family")
+    p.add_argument("--stop-after", type=positive_float,
                    help="start no new shape after this many seconds (resume by running again)")
     p.add_argument("--skip-tuned", action="store_true",
                    help="skip shapes whose every family (of --family) was searched into the "
                    "database's best config on this GPU by an earlier run, and complete the "
                    "budget of a study an earlier run left unfinished (its trials count)")
-    p.add_argument("--batch-size", type=int, default=4, help="configs compiled per batch")
-    p.add_argument("--rerank-top", type=int, default=5)
+    p.add_argument("--batch-size", type=positive_int, default=4,
+                   help="configs compiled per batch")
+    p.add_argument("--rerank-top", type=positive_int, default=5,
+                   help="finalists of each family re-timed together at the end")
     p.add_argument("--no-reuse", action="store_true",
                    help="time configs again even when the database has a measurement")
     p.add_argument("--replay", action="append", metavar="RECORDING",
@@ -585,49 +592,51 @@ def register(sub: Any) -> None:
                    help="tune the problems `attention()` served most often without an exact "
                    "tuned entry on this GPU (`cute-autotune misses`; problems tuned since are "
                    "left out; narrowed by --head-dim, --dtype and --causal when given)")
-    p.add_argument("--top", type=int, metavar="N",
-                   help="with --misses: how many problems (default 10)")
+    p.add_argument("--top", type=positive_int, metavar="N",
+                   help="with --misses: how many problems (default: 10)")
     p.add_argument("--json", help="write the outcomes to this file")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("best", help="the best tuned config for a shape")
     add_problem_args(p, required=True)
     p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
     p.add_argument("--exact", action="store_true", help="no nearest-shape fallback")
-    p.add_argument("--json")
+    p.add_argument("--json", help="write the answer to this file")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("list", help="every tuned problem in the database")
-    p.add_argument("--device")
+    p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("misses", help="problems `attention()` served without an exact tuned "
                        "entry, the most frequent first ($CUTE_AUTOTUNE_RECORD_MISSES=0: none "
                        "recorded)")
     p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
-    p.add_argument("--top", type=int, metavar="N", help="only the N most frequent")
+    p.add_argument("--top", type=positive_int, metavar="N", help="only the N most frequent")
     p.add_argument("--json", action="store_true", help="print them as JSON")
     p.set_defaults(func=cmd_misses)
 
     p = sub.add_parser("export", help="tuned results as JSON")
-    p.add_argument("--device")
-    p.add_argument("-o", "--output")
+    p.add_argument("--device", help="a device name, e.g. 'NVIDIA H200' (default: any)")
+    p.add_argument("-o", "--output", help="write here (default: standard output)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", help="import results exported by `export` (validated)")
-    p.add_argument("file")
+    p.add_argument("file", help="a file written by `cute-autotune export`")
     p.add_argument("--overwrite", action="store_true",
                    help="replace stored results of the same device and problem")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("db", help="database maintenance")
-    p.add_argument("action", choices=["upgrade"])
+    p.add_argument("action", choices=["upgrade"],
+                   help="upgrade: migrate the database to this release's schema")
     p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("bench", help="tuned dispatch against torch SDPA on a shape set")
     p.add_argument("--shapes", required=True, help="a shape set name or TOML path")
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=positive_int, default=7,
+                   help="alternation rounds of the timing")
     p.add_argument("--json", help="write rows and geometric means here")
     p.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
     p.set_defaults(func=cmd_bench)
@@ -648,8 +657,9 @@ def register(sub: Any) -> None:
     p.add_argument("--replay", action="append", metavar="RECORDING",
                    help="serve measurements recorded by benchmarks/sweep.py instead of a GPU "
                    "(repeatable: one recording per family)")
-    p.add_argument("--rounds", type=int, help="alternation rounds of the re-timing (default: "
-                   "that of tune's re-ranking)")
+    p.add_argument("--rounds", type=positive_int,
+                   help="alternation rounds of the re-timing (default: that of tune's "
+                   "re-ranking)")
     p.add_argument("--json", help="write the rows here")
     p.set_defaults(func=cmd_recheck)
 

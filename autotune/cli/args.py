@@ -1,0 +1,42 @@
+"""Argument types and help formatting shared by every command: numbers are checked as argparse
+reads them, so a bad value is one line naming the flag and exit status 2 before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def _number(kind: type[int] | type[float], low: float, inclusive: bool,
+            what: str) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        if value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+positive_int = _number(int, 1, True, "an integer >= 1")
+nonnegative_int = _number(int, 0, True, "an integer >= 0")
+positive_float = _number(float, 0.0, False, "a number > 0")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each flag's default where it has one (not None, not a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
+                and "default" not in text and action.option_strings):
+            text += " (default: %(default)s)"
+        return text

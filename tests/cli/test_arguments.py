@@ -1,0 +1,52 @@
+"""Every CLI argument is checked as it is read: a bad value is one line naming the flag and a
+non-zero exit before anything runs; every flag has help text; `--version`."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from autotune import __version__
+from autotune.cli.main import build_parser, main
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["tune", "--time-budget", "-5"], "--time-budget"),
+    (["tune", "--time-budget", "nan"], "--time-budget"),
+    (["tune", "--stop-after", "0"], "--stop-after"),
+    (["tune", "--trials", "0"], "--trials"),
+    (["tune", "--trials", "2.5"], "--trials"),
+    (["tune", "--batch", "-1"], "--batch"),
+    (["tune", "--rerank-top", "0"], "--rerank-top"),
+    (["tune", "--seed", "-3"], "--seed"),
+    (["best", "--heads-q", "0", "--seqlen-q", "1", "--head-dim", "64"], "--heads-q"),
+    (["compile", "--jobs", "0"], "--jobs"),
+    (["compile", "--sample", "-2"], "--sample"),
+    (["check", "--timeout", "-1"], "--timeout"),
+    (["bench", "--shapes", "llm-prefill", "--rounds", "0"], "--rounds"),
+    (["misses", "--top", "0"], "--top"),
+    (["demo", "--trials", "-6"], "--trials"),
+])
+def test_a_bad_number_is_one_line_and_exit_2(argv: list[str], flag: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {flag}" in err and "must be" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"cute-autotune {__version__}"
+
+
+def test_every_flag_has_help() -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{name} {' '.join(action.option_strings) or action.dest}"
+               for name, command in commands.choices.items() for action in command._actions
+               if not action.help and not isinstance(action, argparse._HelpAction)]
+    assert not missing, missing
