@@ -82,9 +82,13 @@ class TuneOutcome:
 
 
 def problem_key(problem: Problem) -> str:
+    """The problem in a study's name: every field that makes it another problem (a KV-cache
+    kind other than dense is appended, so the names of dense problems' studies stay as they
+    were before the kind existed)."""
+    kind = "" if problem.kv_cache == "dense" else f"-{problem.kv_cache}"
     return (f"{problem.dtype}-d{problem.head_dim}-{'causal' if problem.causal else 'full'}"
             f"-b{problem.batch}-hq{problem.heads_q}-hkv{problem.heads_kv}"
-            f"-lq{problem.seqlen_q}-lk{problem.seqlen_k}")
+            f"-lq{problem.seqlen_q}-lk{problem.seqlen_k}{kind}")
 
 
 def study_name(device: DeviceInfo, family: str, problem: Problem) -> str:

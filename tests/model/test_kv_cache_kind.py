@@ -98,3 +98,17 @@ def test_only_a_family_that_reads_caches_is_searched_on_a_cache_problem() -> Non
         "sm90", "decode"]
     with pytest.raises(ValueError, match="reads a paged16 KV cache"):
         families_to_search(backend, ["sm90"], paged)
+
+
+def test_each_kind_has_its_own_study() -> None:
+    """A study holds one problem's trials: a kind sharing its dense twin's study would find the
+    twin's budget spent and search nothing of its own (seen on the H200, fixed here)."""
+    from autotune.store.records import DeviceInfo
+    from autotune.tune.search import study_name
+
+    device = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+    names = {study_name(device, "decode", Problem(*SHAPE, kind))  # type: ignore[arg-type]
+             for kind in ("dense", "seqlens", "paged16", "paged64")}
+    assert len(names) == 4
+    assert study_name(device, "decode", Problem(*SHAPE)).endswith(  # type: ignore[arg-type]
+        "bf16-d128-full-b8-hq32-hkv8-lq1-lk32768")  # dense names as before the kind existed
