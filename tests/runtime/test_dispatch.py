@@ -153,9 +153,24 @@ def test_the_shipped_h200_results_answer_every_llm_problem(
         # a winner of the re-ranking beside SDPA is never measurably slower than SDPA's default
         assert decision.speedup_vs_sdpa >= 0.99, (problem, decision.describe())
         families.append((problem.seqlen_q > 16, decision.config.family))
-    # issue 13's re-ranking: sm90 or SDPA on prefill, SDPA (no decode kernel yet) on decode
+    # issue 13's re-ranking: sm90 or SDPA on prefill; issue 15's decode-tuning session on the
+    # decode problems: the decode family where it is faster, SDPA elsewhere
     assert {f for prefill, f in families if prefill} == {"sm90", "sdpa"}
-    assert {f for prefill, f in families if not prefill} == {"sdpa"}
+    assert {f for prefill, f in families if not prefill} == {"decode", "sdpa"}
+
+
+def test_the_shipped_h200_results_hold_each_kv_cache_kind(
+        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Every KV-cache kind tuned on the H200 is in db/ with a decode config (torch SDPA cannot
+    read a cache: it is the baseline there, never the stored best)."""
+    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    entries = [e for data in real for e in data["results"]]
+    kinds: dict[str, set[str]] = {}
+    for entry in entries:
+        problem = Problem(**entry["problem"])
+        kinds.setdefault(problem.kv_cache, set()).add(entry["family"])
+    assert kinds.keys() == {"dense", "seqlens", "paged16", "paged64"}
+    assert all(families == {"decode"} for kind, families in kinds.items() if kind != "dense")
 
 
 def sm90_config(problem: Problem) -> Config:
