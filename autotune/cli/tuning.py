@@ -134,11 +134,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"no untuned runtime misses of {_gpu_model(backend.device())} in "
               f"{describe(args.db or default_url())}: nothing to tune")
         return 0
-    bar = tqdm(total=settings.trials * len(families), file=sys.stderr, disable=args.quiet,
+    # One bar for the session: each shape owns trials x families steps, and a shape that ends
+    # (searched, skipped, or ending with fewer trials: pruned, reused, out of budget) moves the
+    # bar to its end, so the bar reaches 100% when the session does.
+    per_shape = settings.trials * len(families)
+    bar = tqdm(total=per_shape * len(problems), file=sys.stderr, disable=args.quiet,
                dynamic_ncols=True)
+    shapes_done = 0
+
+    def shape_done() -> None:
+        nonlocal shapes_done
+        shapes_done += 1
+        bar.update(shapes_done * per_shape - bar.n)
 
     def on_progress(p: Progress) -> None:
-        bar.update(1)
+        if bar.n < (shapes_done + 1) * per_shape:
+            bar.update(1)
         bar.set_postfix_str(f"{p.family}: failed {p.failed} pruned {p.pruned} reused {p.reused} "
                             f"best {_fmt(p.best_tflops())} TFLOP/s x{_fmt(p.speedup(), '.2f')} "
                             "SDPA")
@@ -147,7 +158,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         outcomes.append(o)
         if args.json:  # after every shape, so that a session stopped midway keeps its results
             Path(args.json).write_text(json.dumps([outcome_json(x) for x in outcomes], indent=1))
-        bar.reset()
         rows.extend(outcome_rows(o, marked=len(families) > 1))
 
     start = time.monotonic()
@@ -157,6 +167,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for i, problem in enumerate(problems):
             if args.stop_after is not None and time.monotonic() - start > args.stop_after:
                 skipped.append(problem)
+                shape_done()
                 continue
             # A family searched by an earlier piece is not searched again: its best config
             # defends its place in the re-timing of the families still to search. A family
@@ -168,10 +179,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     device, problem, study_name(device, f, problem),
                     current_key=backend.build_key)]
                 if not todo:
+                    shape_done()
                     continue
             bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
             tune(problem, db=args.db, backend=backend, settings=settings, families=todo,
                  on_progress=on_progress, on_outcome=on_outcome)
+            shape_done()
     finally:
         bar.close()
         backend.close()

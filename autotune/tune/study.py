@@ -10,6 +10,7 @@ the loop reads what earlier sessions learnt. Nothing here compiles, times or pic
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,11 @@ from ..model.space import Space
 from ..model.status import Status
 from ..store.records import DeviceInfo
 from ..store.repo import TuningStore
+
+# The objective every study minimises: a config's median time in microseconds. Optuna's trial
+# count of a study is larger than the CLI's "trials": it also holds configs pruned before they
+# were built and repeats (a config proposed again is told its earlier value, status "repeat").
+OBJECTIVE = "median_us"
 
 # Outcomes that say nothing of the config: neither counted as trials of the study nor held
 # against the config (None: a trial that never ended, or was asked outside the search). Stored
@@ -81,6 +87,11 @@ class Study:
         self.fixed = dict(fixed)
         self._study = optuna.create_study(study_name=name, storage=url, direction="minimize",
                                           sampler=sampler, load_if_exists=True)
+        if self._study.metric_names is None:
+            # Optuna's dashboard and exports name the objective by this
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._study.set_metric_names([OBJECTIVE])
         self._distributions: dict[str, BaseDistribution] = {
             p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
         self._running: dict[int, Any] = {}  # asked here and not told yet: number -> Trial
