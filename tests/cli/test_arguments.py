@@ -40,7 +40,8 @@ def test_a_bad_number_is_one_line_and_exit_2(argv: list[str], flag: str,
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"cute-autotune {__version__}"
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cute-autotune {__version__}"
 
 
 def test_every_flag_has_help() -> None:
