@@ -27,6 +27,7 @@ import numbers
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -390,7 +391,11 @@ def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.
 
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-           scale: float | None, return_lse: bool, layout: str, strict: bool) -> Any:
+           scale: float | None, return_lse: bool, layout: str, strict: bool,
+           unsupported: Callable[[str], Any] | None = None) -> Any:
+    """`attention` without the compile check; `unsupported(reason)`, when given, answers the
+    inputs no kernel can run in place of the warned torch SDPA fallback (the SDPA drop-in
+    calls torch's own function with the caller's arguments there)."""
     try:
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
                q.device, causal, scale, layout)
@@ -420,6 +425,8 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     else:
         _, why = read_inputs(q, k, v, causal=causal, layout=layout)
         reason = why or "unsupported"
+    if unsupported is not None:
+        return unsupported(reason)
     return _fallback(q, k, v, causal=causal, scale=scale, layout=layout,
                      return_lse=return_lse, reason=reason, strict=strict)
 

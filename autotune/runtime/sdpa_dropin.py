@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..launch.tensors import InputError
-from .attention import attention, explain, read_inputs
+from .attention import _eager, attention, explain, read_inputs
 from .dispatch import Decision
 
 if TYPE_CHECKING:
@@ -40,44 +40,67 @@ class Route:
     reason: str
 
 
-def sdpa_route(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: Any = 0.0,
-               is_causal: Any = False, scale: Any = None, enable_gqa: Any = False) -> Route:
-    """Where `scaled_dot_product_attention` sends these arguments (nothing runs)."""
+def _torch_rule(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any,
+                is_causal: Any, scale: Any, enable_gqa: Any) -> str | None:
+    """Why these arguments are not what the kernels compute (torch's semantics), or None.
+    Cheap: what `read_inputs` adds (device, dtype, head dim, alignment) is left to the call's
+    own dispatch, whose memo answers it without a check on a repeated shape."""
     import torch
 
     if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
-        return Route(False, "query, key and value are not all tensors")
+        return "query, key and value are not all tensors"
     if attn_mask is not None:
-        return Route(False, "an attention mask (the kernels take none)")
+        return "an attention mask (the kernels take none)"
     if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
-        return Route(False, f"dropout_p={dropout_p!r} (the kernels have no dropout)")
+        return f"dropout_p={dropout_p!r} (the kernels have no dropout)"
     if is_causal is not True and is_causal is not False:
-        return Route(False, f"is_causal={is_causal!r} is not a bool")
+        return f"is_causal={is_causal!r} is not a bool"
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
                               or not math.isfinite(scale) or scale <= 0):
-        return Route(False, f"scale={scale!r} (the kernels take a finite scale > 0)")
+        return f"scale={scale!r} (the kernels take a finite scale > 0)"
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-        return Route(False, "autograd: an input requires grad and the kernels are forward-only")
+        return "autograd: an input requires grad and the kernels are forward-only"
     if any(t.dim() != 4 for t in (query, key, value)):
-        return Route(False, "inputs are not 4-D [B, H, L, D]")
+        return "inputs are not 4-D [B, H, L, D]"
     if key.shape != value.shape or query.shape[0] != key.shape[0] \
             or query.shape[3] != key.shape[3]:
-        return Route(False, "query, key and value do not share the batch and head dim")
+        return "query, key and value do not share the batch and head dim"
     heads_q, heads_kv = query.shape[1], key.shape[1]
     if heads_q != heads_kv and (enable_gqa is not True or heads_kv == 0
                                 or heads_q % heads_kv):
-        return Route(False, f"{heads_q} query heads against {heads_kv} key/value heads "
-                            "without enable_gqa=True (torch's rule)")
+        return (f"{heads_q} query heads against {heads_kv} key/value heads without "
+                "enable_gqa=True (torch's rule)")
     if is_causal and query.shape[2] != key.shape[2]:
-        return Route(False, "causal with Lq != Lk: torch aligns the mask top-left, the kernels "
-                            "bottom-right")
+        return "causal with Lq != Lk: torch aligns the mask top-left, the kernels bottom-right"
+    return None
+
+
+def sdpa_route(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: Any = 0.0,
+               is_causal: Any = False, scale: Any = None, enable_gqa: Any = False) -> Route:
+    """Where `scaled_dot_product_attention` sends these arguments (nothing runs)."""
+    reason = _torch_rule(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if reason is not None:
+        return Route(False, reason)
     try:
         _, reason = read_inputs(query, key, value, causal=is_causal, layout="bhld")
     except InputError as exc:
         return Route(False, str(exc))
-    if reason is not None:
-        return Route(False, reason)
-    return Route(True, "")
+    return Route(reason is None, reason or "")
+
+
+def _tuned(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, causal: bool,
+           scale: float | None, unsupported: Callable[[str], torch.Tensor]) -> torch.Tensor:
+    """`attention`'s dispatch (its memo included); inputs no kernel runs go to `unsupported`,
+    silently (a drop-in neither warns nor raises in strict mode)."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        out: torch.Tensor = attention(query, key, value, causal=causal, scale=scale)
+        return out
+    result: torch.Tensor = _eager(query, key, value, causal=causal, scale=scale,
+                                  return_lse=False, layout="bhld", strict=False,
+                                  unsupported=unsupported)
+    return result
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -86,15 +109,17 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention, dispatched to the tuned kernels where
     they compute the same thing (see the module's docstring)."""
-    route = sdpa_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    if route.tuned:
-        out: torch.Tensor = attention(query, key, value, causal=is_causal, scale=scale)
-        return out
     import torch.nn.functional as F
 
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask,
-                                          dropout_p=dropout_p, is_causal=is_causal,
-                                          scale=scale, enable_gqa=enable_gqa)
+    def torchs(_reason: str = "") -> torch.Tensor:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask,
+                                              dropout_p=dropout_p, is_causal=is_causal,
+                                              scale=scale, enable_gqa=enable_gqa)
+
+    if _torch_rule(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                   enable_gqa) is not None:
+        return torchs()
+    return _tuned(query, key, value, causal=is_causal, scale=scale, unsupported=torchs)
 
 
 def explain_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -33,8 +33,8 @@ def tuned_path(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     causal alignment (what `attention` computes) so that a wrongly routed call shows."""
     calls: list[dict[str, Any]] = []
 
-    def fake_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                       scale: float | None) -> torch.Tensor:
+    def fake_tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                   scale: float | None, unsupported: Any) -> torch.Tensor:
         calls.append({"causal": causal, "scale": scale})
         mask = None
         if causal:
@@ -44,8 +44,7 @@ def tuned_path(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
-    monkeypatch.setattr(sdpa_dropin, "attention", fake_attention)
-    monkeypatch.setattr(sdpa_dropin, "read_inputs", lambda *a, **k: (None, None))
+    monkeypatch.setattr(sdpa_dropin, "_tuned", fake_tuned)
     return calls
 
 
@@ -176,3 +175,16 @@ def test_a_transformers_model_runs_through_the_drop_in(
         got = model(ids).logits
     assert len(tuned_path) == 2 and all(c["causal"] for c in tuned_path)  # one per layer
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_inputs_no_kernel_runs_go_to_torch_silently() -> None:
+    """The real dispatch (no stand-in): CPU tensors reach `attention`'s dispatch, which hands
+    them to torch's own function with the caller's arguments, without a fallback warning."""
+    import warnings
+
+    q, k, v = qkv(lq=6, lk=6, hq=4, hkv=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = autotune.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(got, want)
