@@ -44,13 +44,15 @@ class Problem:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be a bool, got {self.causal!r}")
-        if not isinstance(self.kv_cache, str) or (
-                self.kv_cache not in ("dense", "seqlens") and not self.page_size):
+        if self.kv_cache in ("dense", "seqlens"):
+            return
+        page = self.page_size
+        if not page:
             raise ValueError(f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
                              f"{MAX_PAGE_SIZE}), got {self.kv_cache!r}")
-        if self.seqlen_k % (self.page_size or 1):
+        if self.seqlen_k % page:
             raise ValueError(f"a {self.kv_cache} cache holds whole pages: seqlen_k "
-                             f"({self.seqlen_k}) must be a multiple of {self.page_size}")
+                             f"({self.seqlen_k}) must be a multiple of {page}")
 
     @property
     def page_size(self) -> int:
