@@ -62,6 +62,10 @@
 #   UNTIL=540 bash benchmarks/h200_evidence.sh decode15v3  # decode kernel v3: its GPU tests,
 #                                              # the bench, a piece of decode-tuning (.tuning
 #                                              # carried), CHECK=1: D=128 configs through check
+#   UNTIL=540 bash benchmarks/h200_evidence.sh decode15probe  # decode B=1 and paged probe,
+#                                              # the transformers model bench and the SDPA
+#                                              # drop-in GPU tests (issue 16), sanitizers on the
+#                                              # decode variants, every D=128 decode build checked
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -251,6 +255,49 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+decode15probe)
+  # Issue 15's open questions and issue 16's GPU evidence in one call (cubins carried in
+  # .c90pack): where B=1 and paged decode calls spend their time (benchmarks/decode_probe.py),
+  # the Hugging Face model bench and the SDPA drop-in's GPU matrix (issue 16), then, side by
+  # side, racecheck + synccheck on the decode structural variants and every D=128 decode build
+  # through `check` (benchmarks/configs/decode_d128_every_build.json, two processes) until UNTIL.
+  f=$OUT/decode15probe; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  left() { echo $(( ${UNTIL:-540} - ($(date +%s) - t0) )); }
+  timeout 150 python3 benchmarks/decode_probe.py --json "$f/decode_probe_h200.json" \
+    > "$f/decode_probe_h200.txt" 2>&1; echo "probe rc $? at $(( $(date +%s) - t0 )) s"
+  timeout 120 python3 benchmarks/model_bench.py --json "$f/model_bench_h200.json" \
+    > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+  timeout 120 python3 -m pytest tests/gpu/test_sdpa_dropin_gpu.py tests/gpu/test_sdpa_dispatch.py \
+    -q -rfE > "$f/pytest_sdpa_dropin_gpu.txt" 2>&1; echo "pytest rc $? at $(( $(date +%s) - t0 )) s"
+  python3 - > /dev/null <<'PY'
+import json
+configs = json.load(open("benchmarks/configs/decode_d128_every_build.json"))
+half = (len(configs) + 1) // 2
+json.dump(configs[:half], open("/tmp/d128_a.json", "w"))
+json.dump(configs[half:], open("/tmp/d128_b.json", "w"))
+PY
+  for part in a b; do
+    ( timeout "$(( $(left) - 15 ))" python3 -m autotune.cli check --config @/tmp/d128_$part.json \
+        --seed 24 --jobs 4 --json "$f/decode_check_d128_every_build_$part.json" --quiet \
+        > "$f/decode_check_d128_every_build_$part.txt" 2>&1
+      echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/decode_check_d128_every_build_$part.txt" ) &
+  done
+  python3 -c "import json
+for c in json.load(open('benchmarks/configs/decode_structural_variants.json')):
+    print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
+  run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
+    { echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool "$tool" python3 \
+        benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
+  export -f run_one
+  for i in $(seq 1 "$(wc -l < /tmp/variants.txt)"); do echo "racecheck $i"; echo "synccheck $i"; done \
+    | xargs -P 7 -L 1 bash -c 'run_one "$0" "$1"'
+  cat /tmp/san_*.txt > "$f/decode_sanitizers_h200.txt"; echo "sanitizers at $(( $(date +%s) - t0 )) s"
+  wait
+  tail -n 14 "$f/decode_probe_h200.txt" | cut -c1-240; tail -n 6 "$f/model_bench_h200.txt"
+  tail -n 4 "$f/pytest_sdpa_dropin_gpu.txt"
+  grep -E "SUMMARY" "$f/decode_sanitizers_h200.txt" | sort | uniq -c
+  tail -n 2 "$f"/decode_check_d128_every_build_*.txt
   ;;
 decode15v3)
   # Issue 15, decode kernel v3 (cubins prebuilt and carried in .c90pack): the decode GPU tests,
