@@ -9,9 +9,10 @@ Effective bandwidth = bytes of K and V for the valid lengths + Q read + O writte
 device-to-device copy of 4 GiB is timed in the same run; the roofline of a problem is
 min(680 TFLOP/s, group x Lq FLOP per byte x the copy bandwidth). Caches are contiguous
 [B, Lk, Hkv, D] ("blhd"), SDPA gets contiguous [B, H, L, D]; with --paged the same problem is
-also run with the winner's config on a paged cache (pages of 16 and 64, shuffled; SDPA on the
-same keys contiguous) and on the padded cache with per-sequence lengths spread over [Lk/2, Lk]
-(SDPA with the lengths as a mask).
+also run on a paged cache (pages of 16 and 64, shuffled; SDPA on the same keys contiguous) and
+on the padded cache with per-sequence lengths spread over [Lk/2, Lk] (SDPA with the lengths as a
+mask), each with its own searched config as the tuner would store it for that cache kind; the
+paged rows also time the contiguous winner's config on the paged cache.
 
 The search here is the family's own best kernel on each problem (the issue's measure); what
 dispatch runs is the tuned database's choice (`cute-autotune bench`).
@@ -132,25 +133,9 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     sdpa = sdpa_call("default", q_s, k_s, v_s, causal=problem.causal)
 
     # Search: configs x split counts (a launch parameter: one build per config), short rounds.
-    candidates: dict[str, Callable[[], torch.Tensor]] = {}
-    wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
-    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    for config in configs_for(problem, wide):
-        tiles = math.ceil(lk / int(config["block_n"]))
-        packed_rows = lq * (problem.group_size if config["pack_gqa"] else 1)
-        ctas = math.ceil(packed_rows / int(config["block_m"])) * b * (
-            hkv if config["pack_gqa"] else hq)
-        for splits in SPLITS:
-            # more splits than key tiles, or beyond four waves of CTAs, only add combine work
-            if splits > 1 and (splits > tiles or ctas * splits > 4 * sm_count):
-                break
-            with_splits = config.replace(num_splits=splits)
-            kernel = decode_kernel(with_splits, head_dim=d, dtype=problem.dtype,
-                                   causal=problem.causal, device=0)
-            candidates[with_splits.to_json()] = partial(_first, kernel.with_kvcache, q, k, v)
-    search = measure({n: partial(_ignore_set, f) for n, f in candidates.items()}, rounds=2,
-                     round_ms=4.0, warmup_ms=20.0, min_calls=15, max_calls=60)
-    best = min(search, key=lambda n: search[n].median_us)
+    best, search, candidates = search_configs(
+        problem, lambda kernel, splits: partial(_first, kernel.with_kvcache, q, k, v,
+                                                num_splits=splits))
     ours = candidates[best]
     config_json = best
     best_splits = json.loads(best)["num_splits"]
@@ -175,44 +160,77 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
         for page_size in (16, 64):
             (k_p, v_p), table = paged((k, v), page_size, page_size)
 
-            def paged_call(k_p: torch.Tensor = k_p, v_p: torch.Tensor = v_p,
-                           table: torch.Tensor = table) -> torch.Tensor:
-                return kernel.with_kvcache(q, k_p, v_p, block_table=table,
-                                           num_splits=int(best_splits))[0]
+            def paged_call(kern: Any, splits: int, k_p: torch.Tensor = k_p,
+                           v_p: torch.Tensor = v_p, table: torch.Tensor = table) -> Any:
+                return partial(_first, kern.with_kvcache, q, k_p, v_p, block_table=table,
+                               num_splits=splits)
 
-            diff = float((paged_call().float() - got).abs().max())
-            t = alternating({"paged": paged_call, "ours": ours, "sdpa": sdpa})
+            # The paged cache's own best config (a paged problem is tuned apart), and the
+            # contiguous winner's config on it (what the loader's paging costs that tile).
+            paged_best, paged_search, paged_calls = search_configs(problem, paged_call)
+            own = paged_calls[paged_best]
+            same_config = paged_call(kernel, int(best_splits))
+            diff = float((own().float() - got).abs().max())
+            t = alternating({"paged": own, "ours": ours, "sdpa": sdpa,
+                             "paged_contiguous_config": same_config})
             rows.append(row(problem, f"paged{page_size}", t["paged"], t["sdpa"], copy_bw,
-                            roofline_us, config_json, int(best_splits), rel, None,
-                            contiguous_us=t["ours"], paged_max_diff=diff))
-            del k_p, v_p
-        rows.append(seqlens_row(problem, kernel, (q, k, v), (q_s, k_s, v_s), int(best_splits),
-                                copy_bw, config_json))
+                            roofline_us, paged_best, json.loads(paged_best)["num_splits"], rel,
+                            paged_search[paged_best].median_us, contiguous_us=t["ours"],
+                            paged_vs_contiguous=round(t["ours"] / t["paged"], 3),
+                            paged_contiguous_config_us=t["paged_contiguous_config"],
+                            paged_max_diff=diff))
+            del k_p, v_p, paged_calls, own, same_config
+        rows.append(seqlens_row(problem, (q, k, v), (q_s, k_s, v_s), copy_bw))
     return rows
 
 
-def seqlens_row(problem: Problem, kernel: Any, blhd: tuple[torch.Tensor, ...],
-                bhld: tuple[torch.Tensor, ...], splits: int, copy_bw: float,
-                config_json: str) -> dict[str, Any]:
+def search_configs(problem: Problem, make_call: Callable[[Any, int], Callable[[], Any]]
+                   ) -> tuple[str, dict[str, Any], dict[str, Callable[[], Any]]]:
+    """The fastest of the candidate configs x split counts on `problem` (`make_call(kernel,
+    splits)` gives a call), by short flushed-alternating rounds: the winner's config JSON, every
+    candidate's measurement and the calls."""
+    lq, lk, b, hq, hkv, d = (problem.seqlen_q, problem.seqlen_k, problem.batch,
+                             problem.heads_q, problem.heads_kv, problem.head_dim)
+    candidates: dict[str, Callable[[], Any]] = {}
+    wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    for config in configs_for(problem, wide):
+        tiles = math.ceil(lk / int(config["block_n"]))
+        packed_rows = lq * (problem.group_size if config["pack_gqa"] else 1)
+        ctas = math.ceil(packed_rows / int(config["block_m"])) * b * (
+            hkv if config["pack_gqa"] else hq)
+        kernel = decode_kernel(config, head_dim=d, dtype=problem.dtype, causal=problem.causal,
+                               device=0)
+        for splits in SPLITS:
+            # more splits than key tiles, or beyond four waves of CTAs, only add combine work
+            if splits > 1 and (splits > tiles or ctas * splits > 4 * sm_count):
+                break
+            candidates[config.replace(num_splits=splits).to_json()] = make_call(kernel, splits)
+    search = measure({n: partial(_ignore_set, f) for n, f in candidates.items()}, rounds=2,
+                     round_ms=4.0, warmup_ms=20.0, min_calls=15, max_calls=60)
+    best = min(search, key=lambda n: search[n].median_us)
+    return best, search, candidates
+
+
+def seqlens_row(problem: Problem, blhd: tuple[torch.Tensor, ...],
+                bhld: tuple[torch.Tensor, ...], copy_bw: float) -> dict[str, Any]:
     """The padded cache with per-sequence lengths (the "seqlens" kind's lengths, spread over
-    [Lk/2, Lk]) against SDPA on the same cache with the lengths as a mask; bandwidth counts
-    the rows the sequences hold."""
+    [Lk/2, Lk]), with its own best config, against SDPA on the same cache with the lengths as
+    a mask; bandwidth counts the rows the sequences hold."""
     kind = replace(problem, kv_cache="seqlens")
     lengths = torch.tensor(kind.cache_lengths, dtype=torch.int32, device="cuda")
     sdpa = sdpa_call("default", *bhld, causal=problem.causal, mask=length_mask(kind, lengths))
     q, k, v = blhd
-
-    def call() -> torch.Tensor:
-        out: torch.Tensor = kernel.with_kvcache(q, k, v, cache_seqlens=lengths,
-                                                num_splits=splits)[0]
-        return out
-
+    best, search, calls = search_configs(
+        problem, lambda kernel, splits: partial(_first, kernel.with_kvcache, q, k, v,
+                                                cache_seqlens=lengths, num_splits=splits))
+    call = calls[best]
     got, want = call().float(), sdpa().transpose(1, 2).float()
     rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
     t = alternating({"seqlens": call, "sdpa": sdpa})
     roofline_us = max(kind.flops / 680e12, kind.bytes / (copy_bw * 1e12)) * 1e6
-    return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline_us, config_json,
-               splits, rel, None)
+    return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline_us, best,
+               json.loads(best)["num_splits"], rel, search[best].median_us)
 
 
 def _ignore_set(call: Callable[[], Any], _input_set: int) -> Any:

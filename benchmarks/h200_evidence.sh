@@ -264,12 +264,24 @@ decode15probe)
   # through `check` (benchmarks/configs/decode_d128_every_build.json, two processes) until UNTIL.
   f=$OUT/decode15probe; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
   left() { echo $(( ${UNTIL:-540} - ($(date +%s) - t0) )); }
-  timeout 150 python3 benchmarks/decode_probe.py --json "$f/decode_probe_h200.json" \
-    > "$f/decode_probe_h200.txt" 2>&1; echo "probe rc $? at $(( $(date +%s) - t0 )) s"
-  timeout 120 python3 benchmarks/model_bench.py --json "$f/model_bench_h200.json" \
-    > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
-  timeout 120 python3 -m pytest tests/gpu/test_sdpa_dropin_gpu.py tests/gpu/test_sdpa_dispatch.py \
-    -q -rfE > "$f/pytest_sdpa_dropin_gpu.txt" 2>&1; echo "pytest rc $? at $(( $(date +%s) - t0 )) s"
+  # PROBE=0 / MODEL=0 / DROPIN=0 / SANITIZE=0 / CHECK=0 leave a part out; BENCH=1 runs the
+  # decode bench (--extra --paged) first.
+  if [ "${BENCH:-0}" = 1 ]; then
+    timeout "${BENCH_S:-260}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
+      --extra --paged > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${PROBE:-1}" = 1 ]; then
+    timeout 150 python3 benchmarks/decode_probe.py --json "$f/decode_probe_h200.json" \
+      > "$f/decode_probe_h200.txt" 2>&1; echo "probe rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${MODEL:-1}" = 1 ]; then
+    timeout 120 python3 benchmarks/model_bench.py --json "$f/model_bench_h200.json" \
+      > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${DROPIN:-1}" = 1 ]; then
+    timeout 120 python3 -m pytest tests/gpu/test_sdpa_dropin_gpu.py tests/gpu/test_sdpa_dispatch.py \
+      -q -rfE > "$f/pytest_sdpa_dropin_gpu.txt" 2>&1; echo "pytest rc $? at $(( $(date +%s) - t0 )) s"
+  fi
   python3 - > /dev/null <<'PY'
 import json
 configs = json.load(open("benchmarks/configs/decode_d128_every_build.json"))
@@ -277,26 +289,31 @@ half = (len(configs) + 1) // 2
 json.dump(configs[:half], open("/tmp/d128_a.json", "w"))
 json.dump(configs[half:], open("/tmp/d128_b.json", "w"))
 PY
-  for part in a b; do
-    ( timeout "$(( $(left) - 15 ))" python3 -m autotune.cli check --config @/tmp/d128_$part.json \
-        --seed 24 --jobs 4 --json "$f/decode_check_d128_every_build_$part.json" --quiet \
-        > "$f/decode_check_d128_every_build_$part.txt" 2>&1
-      echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/decode_check_d128_every_build_$part.txt" ) &
-  done
-  python3 -c "import json
+  if [ "${CHECK:-1}" = 1 ]; then
+    for part in a b; do
+      ( timeout "$(( $(left) - 15 ))" python3 -m autotune.cli check --config @/tmp/d128_$part.json \
+          --seed 24 --jobs 4 --json "$f/decode_check_d128_every_build_$part.json" --quiet \
+          > "$f/decode_check_d128_every_build_$part.txt" 2>&1
+        echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/decode_check_d128_every_build_$part.txt" ) &
+    done
+  fi
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    python3 -c "import json
 for c in json.load(open('benchmarks/configs/decode_structural_variants.json')):
     print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
-  run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
-    { echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool "$tool" python3 \
-        benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
-  export -f run_one
-  for i in $(seq 1 "$(wc -l < /tmp/variants.txt)"); do echo "racecheck $i"; echo "synccheck $i"; done \
-    | xargs -P 7 -L 1 bash -c 'run_one "$0" "$1"'
-  cat /tmp/san_*.txt > "$f/decode_sanitizers_h200.txt"; echo "sanitizers at $(( $(date +%s) - t0 )) s"
+    run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
+      { echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool "$tool" python3 \
+          benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
+    export -f run_one
+    for i in $(seq 1 "$(wc -l < /tmp/variants.txt)"); do echo "racecheck $i"; echo "synccheck $i"; done \
+      | xargs -P 7 -L 1 bash -c 'run_one "$0" "$1"'
+    cat /tmp/san_*.txt > "$f/decode_sanitizers_h200.txt"; echo "sanitizers at $(( $(date +%s) - t0 )) s"
+  fi
   wait
-  tail -n 14 "$f/decode_probe_h200.txt" | cut -c1-240; tail -n 6 "$f/model_bench_h200.txt"
-  tail -n 4 "$f/pytest_sdpa_dropin_gpu.txt"
-  grep -E "SUMMARY" "$f/decode_sanitizers_h200.txt" | sort | uniq -c
+  tail -n 50 "$f/decode_bench_h200.txt" 2>/dev/null | cut -c1-160
+  tail -n 14 "$f/decode_probe_h200.txt" 2>/dev/null | cut -c1-240
+  tail -n 6 "$f/model_bench_h200.txt" 2>/dev/null; tail -n 4 "$f/pytest_sdpa_dropin_gpu.txt" 2>/dev/null
+  grep -E "SUMMARY" "$f/decode_sanitizers_h200.txt" 2>/dev/null | sort | uniq -c
   tail -n 2 "$f"/decode_check_d128_every_build_*.txt
   ;;
 decode15v3)
