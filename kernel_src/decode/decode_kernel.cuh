@@ -120,48 +120,54 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
   const int* pages = p.block_table + (p.block_table == nullptr ? 0 : batch * p.block_table_stride);
   const int page_mask = (1 << p.page_size_log2) - 1;
   // Each thread's 16-byte column is fixed when the threads tile whole rows (every head dim but
-  // 96): its rows are r0, r0 + kRowStep, ..., so a contiguous cache needs one address per tile
-  // and an add per row instead of a 64-bit multiply per chunk, and a paged cache one block-table
-  // lookup per row (not per 16-byte chunk), fetched a tile ahead so the lookup's latency never
-  // stalls the issue of a tile's copies.
+  // 96), and its rows of a tile are kRowsPerThread consecutive ones (a power of two, starting at
+  // a multiple of it): a contiguous cache needs one address per tile and an add per row, and a
+  // paged cache one block-table lookup per tile, since pages (a power of two of at least
+  // kRowsPerThread rows) never split a thread's rows. The lookup is fetched a tile ahead so its
+  // latency never stalls the issue of a tile's copies; pages shorter than a thread's rows are
+  // looked up again where one starts. (v3 strided a thread's rows over the tile and held one
+  // page number per row across the tile's compute.)
   constexpr bool kFixedColumn = kNThreads % kChunksPerRow == 0;
-  constexpr int kRowStep = kFixedColumn ? kNThreads / kChunksPerRow : 1;
-  constexpr int kRowsPerThread = kFixedColumn ? kBlockN / kRowStep : 1;
+  constexpr int kRowsPerThread = kFixedColumn ? kBlockN * kChunksPerRow / kNThreads : 1;
+  static_assert((kRowsPerThread & (kRowsPerThread - 1)) == 0, "rows per thread: a power of two");
   const int my_col = tid % kChunksPerRow * 8;
-  const int my_row = tid / kChunksPerRow;
+  const int my_row0 = tid / kChunksPerRow * kRowsPerThread;
   const bool paged = p.block_table != nullptr;
-  int page_of_row[kRowsPerThread];  // the next tile's page per row of this thread (paged only)
-  auto fetch_pages = [&](int n_block) {
-    CUTE_UNROLL
-    for (int it = 0; it < kRowsPerThread; ++it) {
-      const int j = n_block * kBlockN + my_row + it * kRowStep;
-      page_of_row[it] = j < seqlen_k ? __ldg(pages + (j >> p.page_size_log2)) : 0;
-    }
+  // Pages shorter than a thread's rows of a tile: a page starts inside them.
+  const bool page_inside_rows = paged && (1 << p.page_size_log2) < kRowsPerThread;
+  int next_page = 0;  // the page of this thread's first row in the next tile it loads (paged)
+  auto fetch_page = [&](int n_block) {
+    const int j = n_block * kBlockN + my_row0;
+    next_page = j < seqlen_k ? __ldg(pages + (j >> p.page_size_log2)) : 0;
   };
   auto load_kv_fixed_column = [&](int n_block, int stage) {
-    const int j0 = n_block * kBlockN + my_row;
-    const Element* k_row = k + batch * p.k_batch_stride + int64_t(j0) * p.k_row_stride + my_col;
-    const Element* v_row = v + batch * p.v_batch_stride + int64_t(j0) * p.v_row_stride + my_col;
-    const int64_t k_step = kRowStep * p.k_row_stride;
-    const int64_t v_step = kRowStep * p.v_row_stride;
+    const int j0 = n_block * kBlockN + my_row0;
+    const Element* k_row;
+    const Element* v_row;
+    if (paged) {
+      const int64_t page = next_page;
+      const int in_page = j0 & page_mask;
+      k_row = k + page * p.k_batch_stride + int64_t(in_page) * p.k_row_stride + my_col;
+      v_row = v + page * p.v_batch_stride + int64_t(in_page) * p.v_row_stride + my_col;
+    } else {
+      k_row = k + batch * p.k_batch_stride + int64_t(j0) * p.k_row_stride + my_col;
+      v_row = v + batch * p.v_batch_stride + int64_t(j0) * p.v_row_stride + my_col;
+    }
     CUTE_UNROLL
     for (int it = 0; it < kRowsPerThread; ++it) {
-      const int r = my_row + it * kRowStep;
-      const int j = j0 + it * kRowStep;
+      const int r = my_row0 + it;
+      const int j = j0 + it;
       const bool valid = j < seqlen_k;
-      const Element* k_src = k_row;
-      const Element* v_src = v_row;
-      if (paged) {
-        const int64_t page = page_of_row[it];
-        const int in_page = j & page_mask;
-        k_src = k + page * p.k_batch_stride + in_page * p.k_row_stride + my_col;
-        v_src = v + page * p.v_batch_stride + in_page * p.v_row_stride + my_col;
+      if (it > 0 && page_inside_rows && (j & page_mask) == 0) {
+        const int64_t page = valid ? __ldg(pages + (j >> p.page_size_log2)) : 0;
+        k_row = k + page * p.k_batch_stride + my_col;
+        v_row = v + page * p.v_batch_stride + my_col;
       }
       const int slot = stage * kNWarps + r / kWarpN;
-      cp_async_16(&sK(r % kWarpN, my_col, slot), valid ? k_src : k, valid);
-      cp_async_16(&sV(r % kWarpN, my_col, slot), valid ? v_src : v, valid);
-      k_row += k_step;
-      v_row += v_step;
+      cp_async_16(&sK(r % kWarpN, my_col, slot), valid ? k_row : k, valid);
+      cp_async_16(&sV(r % kWarpN, my_col, slot), valid ? v_row : v, valid);
+      k_row += p.k_row_stride;
+      v_row += p.v_row_stride;
     }
   };
   auto load_kv = [&](int n_block, int stage) {
@@ -195,15 +201,15 @@ __forceinline__ __device__ void decode_tile(FwdParams const& p, char* smem) {
     }
   };
   // Loads the split's tile of ordinal t (walked from the last key tile back) into `stage`, then
-  // fetches the page numbers of the tile after it.
+  // fetches the page of the tile after it.
   auto issue_tile = [&](int t, int stage) {
     load_kv(tile_end - 1 - t, stage);
     if constexpr (kFixedColumn) {
-      if (paged && t + 1 < my_tiles) { fetch_pages(tile_end - 2 - t); }
+      if (paged && t + 1 < my_tiles) { fetch_page(tile_end - 2 - t); }
     }
   };
   if constexpr (kFixedColumn) {
-    if (paged && my_tiles > 0) { fetch_pages(tile_end - 1); }
+    if (paged && my_tiles > 0) { fetch_page(tile_end - 1); }
   }
 
   typename Traits::TiledMma mma;
