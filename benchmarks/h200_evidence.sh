@@ -66,6 +66,9 @@
 #                                              # the transformers model bench and the SDPA
 #                                              # drop-in GPU tests (issue 16), sanitizers on the
 #                                              # decode variants, every D=128 decode build checked
+#   bash benchmarks/h200_evidence.sh decode15v4  # decode kernel v4: builds, GPU tests, bench,
+#                                              # a covering sample through check, sanitizers,
+#                                              # the model bench with a host profile
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -255,6 +258,49 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+decode15v4)
+  # Decode kernel v4 (issue 15), one call: the builds of .prebuild.json (carried: the bench's
+  # candidates, the GPU tests' configs and the family's defaults, the covering sample
+  # configs/decode_v4_sample.json and the structural variants) compiled on all cores, the decode
+  # GPU tests, the decode bench (--extra --paged), then side by side the sample through `check`
+  # (two processes) and racecheck + synccheck on the structural variants, then the model bench
+  # with a host profile of our decode step.
+  f=$OUT/decode15v4; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  python3 -m autotune.cli compile --config @.prebuild.json --arch sm_90 --jobs 16 --quiet \
+    > "$f/compile.txt" 2>&1; tail -n 1 "$f/compile.txt"; echo "compiled at $(( $(date +%s) - t0 )) s"
+  timeout 150 python3 -m pytest tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py \
+    -q -rfE > "$f/pytest_decode_gpu.txt" 2>&1; echo "pytest rc $? at $(( $(date +%s) - t0 )) s"
+  timeout 200 python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" --extra --paged \
+    > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  python3 - > /dev/null <<'PY'
+import json
+configs = json.load(open("benchmarks/configs/decode_v4_sample.json"))
+half = (len(configs) + 1) // 2
+json.dump(configs[:half], open("/tmp/sample_a.json", "w"))
+json.dump(configs[half:], open("/tmp/sample_b.json", "w"))
+PY
+  for part in a b; do
+    ( timeout 200 python3 -m autotune.cli check --config @/tmp/sample_$part.json --seed 25 --jobs 4 \
+        --json "$f/decode_check_v4_sample_$part.json" --quiet > "$f/decode_check_v4_sample_$part.txt" 2>&1
+      echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/decode_check_v4_sample_$part.txt" ) &
+  done
+  python3 -c "import json
+for c in json.load(open('benchmarks/configs/decode_structural_variants.json')):
+    print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
+  run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
+    { echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool "$tool" python3 \
+        benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
+  export -f run_one
+  for i in $(seq 1 "$(wc -l < /tmp/variants.txt)"); do echo "racecheck $i"; echo "synccheck $i"; done \
+    | xargs -P 7 -L 1 bash -c 'run_one "$0" "$1"'
+  cat /tmp/san_*.txt > "$f/decode_sanitizers_v4_h200.txt"; wait
+  echo "check + sanitizers at $(( $(date +%s) - t0 )) s"
+  timeout 120 python3 benchmarks/model_bench.py --json "$f/model_bench_h200.json" --host-profile 40 \
+    > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+  tail -n 3 "$f/pytest_decode_gpu.txt"; tail -n 50 "$f/decode_bench_h200.txt" | cut -c1-150
+  grep -E "SUMMARY" "$f/decode_sanitizers_v4_h200.txt" | sort | uniq -c
+  tail -n 2 "$f"/decode_check_v4_sample_*.txt; grep -A4 "^phase" "$f/model_bench_h200.txt"
   ;;
 decode15probe)
   # Issue 15's open questions and issue 16's GPU evidence in one call (cubins carried in

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seqlen", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--host-profile", type=int, default=0, metavar="N",
+                        help="print the N functions of most cumulative host time over 20 of "
+                             "our decode steps (cProfile)")
     args = parser.parse_args(argv)
 
     import torch
@@ -138,6 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         if results["prefill"]["attention_kernels_ours_run"]["ours"] < args.layers:
             failures.append("prefill: the project's kernels did not run in every layer")
         results["failures"] = failures
+        if args.host_profile:
+            import cProfile
+            import pstats
+
+            step = decode(ours_name)
+            with cProfile.Profile() as profiler:
+                for _ in range(20):
+                    step()
+                torch.cuda.synchronize()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.host_profile)
 
     print(f"{torch.cuda.get_device_name()}: Llama {args.layers} layers, hidden {args.hidden}, "
           f"heads {args.heads}/{args.kv_heads}, B={args.batch}, prompt {args.seqlen}, bf16")
