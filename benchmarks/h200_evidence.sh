@@ -69,6 +69,9 @@
 #   bash benchmarks/h200_evidence.sh decode15v4  # decode kernel v4: builds, GPU tests, bench,
 #                                              # a covering sample through check, sanitizers,
 #                                              # the model bench with a host profile
+#   UNTIL=520 bash benchmarks/h200_evidence.sh decode15tune  # the model bench's host profile,
+#                                              # then decode-tuning's cache-kind problems
+#                                              # searched again (.tuning carried; one tarball)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -258,6 +261,25 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+decode15tune)
+  # After a decode kernel change (issue 15): the model bench with a host profile of our decode
+  # step, then the KV-cache-kind problems of decode-tuning (KINDS) searched again into
+  # .tuning/h200.db (carried), the time left shared between the kinds. Everything comes back as
+  # one tarball ($OUT takes few files).
+  f=/tmp/decode15tune; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  timeout 100 python3 benchmarks/model_bench.py --json "$f/model_bench_h200.json" --host-profile 45 \
+    > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
+  set -- ${KINDS:-seqlens paged16 paged64}
+  while [ $# -gt 0 ]; do
+    budget=$(( (${UNTIL:-520} - ($(date +%s) - t0) - 20) / $# ))
+    python3 -m autotune.cli tune --shapes decode-tuning --kv-cache "$1" --family decode \
+      --trials "${TRIALS:-8}" --rerank-top 3 --stop-after "$budget" \
+      --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$1.json" --quiet > "$f/tune_$1.txt" 2>&1
+    echo "tune $1 rc $? at $(( $(date +%s) - t0 )) s"; shift
+  done
+  cp .tuning/h200.db "$f/h200.db"; tar czf "$OUT/decode15tune.tgz" -C /tmp decode15tune
+  grep -A4 "^phase" "$f/model_bench_h200.txt"; tail -n 8 "$f"/tune_*.txt | cut -c1-200
   ;;
 decode15v4)
   # Decode kernel v4 (issue 15), one call: the builds of .prebuild.json (carried: the bench's
