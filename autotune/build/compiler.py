@@ -162,8 +162,10 @@ def _fit(config: Config, target: Target) -> tuple[ValidConfig | None, list[str]]
     return valid, space.violations(valid, target)
 
 
-def _lookup(config: ValidConfig, target: Target, cache: ArtifactCache) -> BuildResult | None:
-    """The cached build of a config that fits `target`, or None."""
+def cached_build(config: ValidConfig, target: Target,
+                 cache: ArtifactCache) -> BuildResult | None:
+    """The cached build of a config that fits `target` (not checked again), or None; raises
+    ToolchainError where there is no toolchain to compute the key with."""
     if not config.space.compiled:
         return _nothing_to_build(config, target)
     return _cached(config, target, build_key(config, target), cache)
@@ -175,7 +177,7 @@ def lookup(config: Config, target: Target,
     valid, reasons = _fit(config, target)
     if valid is None or reasons:
         return None
-    return _lookup(valid, target, cache or ArtifactCache())
+    return cached_build(valid, target, cache or ArtifactCache())
 
 
 def compile_config(config: Config, target: Target | None = None,
@@ -330,7 +332,7 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
         if valid is None or reasons:
             results[i] = BuildResult(config, target.arch, Status.INVALID,
                                      message="; ".join(reasons))
-        elif not force and (hit := _lookup(valid, target, cache)) is not None:
+        elif not force and (hit := cached_build(valid, target, cache)) is not None:
             results[i] = hit
         else:
             checked[i] = valid

@@ -36,13 +36,26 @@ class Toolchain:
     @property
     def cuda_include(self) -> Path:
         """The toolkit's include/ (cuda.h), for the host-side launcher build."""
-        candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH")
-                      if os.environ.get(v)]
-        candidates += [self.nvcc.parent.parent / "include", Path("/usr/local/cuda/include")]
-        for c in candidates:
-            if (c / "cuda.h").is_file():
-                return c
-        raise ToolchainError("cuda.h not found: set CUDA_HOME to the CUDA toolkit")
+        return find_cuda_include(self.nvcc)
+
+
+def find_cuda_include(nvcc: Path | None = None) -> Path:
+    """The include/ folder holding cuda.h, for the host-side launcher build. It needs only the
+    header, not nvcc: `nvcc` (else the one `find_nvcc` finds, if any) is one place it looks."""
+    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH")
+                  if os.environ.get(v)]
+    if nvcc is None:
+        try:
+            nvcc = find_nvcc()
+        except ToolchainError:
+            pass
+    if nvcc is not None:
+        candidates.append(nvcc.parent.parent / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "cuda.h").is_file():
+            return c
+    raise ToolchainError("cuda.h not found: set CUDA_HOME to the CUDA toolkit")
 
 
 def find_nvcc() -> Path:

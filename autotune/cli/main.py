@@ -28,9 +28,11 @@ from ..model.status import Status
 from ..model.target import Target, default_target, target_for_arch
 from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
+from . import kernels as cli_kernels
 from . import tuning as cli_tuning
 from .args import HelpFormatter, nonnegative_int, positive_float, positive_int
 from .build_table import build_table
+from .progress import progress
 from .table import render_table
 
 EXIT_USAGE = 2
@@ -105,16 +107,6 @@ def select_configs(args: argparse.Namespace, target: Target) -> list[Config]:
     return configs
 
 
-# -- progress -----------------------------------------------------------------------------------
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="cfg", file=sys.stderr, disable=not enabled,
-                dynamic_ncols=True, mininterval=0.5)
-
-
 # -- compile ------------------------------------------------------------------------------------
 
 
@@ -140,7 +132,7 @@ def _compile(configs: list[Config], target: Target, args: argparse.Namespace
              ) -> tuple[list[BuildResult], float]:
     jobs = args.jobs or default_jobs()
     start = time.perf_counter()
-    with _progress(len(configs), f"compile ({jobs} jobs)", not args.quiet) as bar:
+    with progress(len(configs), f"compile ({jobs} jobs)", not args.quiet) as bar:
         def tick(result: BuildResult) -> None:
             bar.update(1)
             bar.set_postfix_str(f"{result.status}")
@@ -242,7 +234,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     outcomes: list[Validation] = []
     with GpuWorker(torch.cuda.current_device()) as worker, \
-            _progress(len(builds), "validate", not args.quiet) as bar:
+            progress(len(builds), "validate", not args.quiet) as bar:
         for i, build in enumerate(builds):
             if build.ok:  # the validation of measure.trial, in the worker
                 outcomes.append(Validation.of(worker.request(
@@ -383,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "$CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
+    cli_kernels.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
     p.add_argument("--family", default="sm80", help="kernel family")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")

@@ -12,8 +12,10 @@ the kernels' built-in defaults everywhere, for testing them). Tuned configs come
 whatever their kernel family (the tuner stored the fastest of all families); each is checked
 against its own family's space and this GPU, and one this GPU cannot run is skipped with the
 reason. The built-in default is that of the family of highest `dispatch_priority` (a key of
-each space file) among those the GPU runs. A chosen config that is not compiled yet is compiled
-now (unless compile-on-miss is off, then the next option is tried). The first use of a
+each space file) among those the GPU runs. A chosen config's cubin comes from the cubin cache,
+else from the installed kernel pack (build/pack.py: prebuilt, so that a GPU machine without the
+CUDA toolkit runs the shipped configs), else from nvcc now (unless compile-on-miss is off or
+there is no nvcc: then the next option is tried, and the reason kept). The first use of a
 database on a GPU in a process imports the shipped results of that GPU from db/: they fill the
 problems not tuned in that database and refresh rows imported from older shipped files, and
 never replace a config tuned there.
@@ -32,7 +34,7 @@ from typing import Any
 
 from .._jsonfile import JsonInputError, read_json
 from .._paths import db_dir
-from ..build.compiler import compile_config, lookup
+from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
 from ..model.config import Config
 from ..model.problem import Problem
@@ -310,14 +312,12 @@ class Dispatcher:
               problems: list[str]) -> CompiledKernel | None:
         """The loaded kernel of a config `_first` found fitting `target` (a ValidConfig: from
         the store or a space's heuristic, so nothing here validates it again)."""
-        # compile_config answers from the cache first; only a miss runs nvcc
-        build = compile_config(config, target) if self.compile_on_miss else lookup(config, target)
-        if build is None:
-            problems.append(f"{load_space(config.family).name_of(config)} is not compiled "
-                            "and compile-on-miss is off")
-            return None
+        valid = load_space(config.family).validate(config)  # as it is: no check runs again
+        # the cache first, then the installed kernel pack (no nvcc needed); only a config
+        # found in neither runs nvcc, where there is one and compile-on-miss is on
+        build = obtain(valid, target, compile_on_miss=self.compile_on_miss)
         if not build.ok:
-            problems.append(f"{build.status}: {build.message[:300]}")
+            problems.append(f"{build.status}: {build.message[:500]}")
             return None
         try:
             return CompiledKernel(build, device_index)

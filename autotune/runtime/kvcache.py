@@ -22,7 +22,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..build.compiler import compile_config
+from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
 from ..launch.tensors import LAYOUTS, InputError, dtype_name, logical_bhld
 from ..model.config import Config
@@ -162,8 +162,8 @@ def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv
 
 def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: bool,
                   device: int) -> CompiledKernel:
-    """The loaded decode kernel of `config` (or the family's default for the problem),
-    compiled on first use."""
+    """The loaded decode kernel of `config` (or the family's default for the problem): from
+    the cubin cache or the kernel pack, else compiled on first use."""
     space = load_space(FAMILY)
     values: dict[str, int | str | bool] = {"head_dim": head_dim, "dtype": dtype,
                                            "causal": causal}
@@ -178,7 +178,12 @@ def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: b
     with _lock:
         kernel = _kernels.get(key)
     if kernel is None:
-        build = compile_config(config, target_for_device(device))
+        target = target_for_device(device)
+        reasons = space.violations(config, target)
+        if reasons:
+            raise InputError(f"{space.name_of(config)} cannot run on {target.name}: "
+                             f"{'; '.join(reasons)}")
+        build = obtain(config, target)  # the cubin cache, the kernel pack, else nvcc
         if not build.ok:
             raise InputError(f"{space.name_of(config)} did not build: {build.status}: "
                              f"{build.message}")

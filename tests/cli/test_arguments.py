@@ -27,6 +27,7 @@ from autotune.cli.main import build_parser, main
     (["bench", "--shapes", "llm-prefill", "--rounds", "0"], "--rounds"),
     (["misses", "--top", "0"], "--top"),
     (["demo", "--trials", "-6"], "--trials"),
+    (["kernels", "pack", "--arch", "sm_90", "--out", "p", "--jobs", "0"], "--jobs"),
 ])
 def test_a_bad_number_is_one_line_and_exit_2(argv: list[str], flag: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
