@@ -72,6 +72,8 @@
 #   UNTIL=520 bash benchmarks/h200_evidence.sh decode15tune  # the model bench's host profile,
 #                                              # then decode-tuning's cache-kind problems
 #                                              # searched again (.tuning carried; one tarball)
+#   bash benchmarks/h200_evidence.sh notoolkit16  # a kernel pack for db/, then attention() from
+#                                              # it with no nvcc, cuda.h or C++ compiler
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -261,6 +263,24 @@ testspower)
     --problem 2,16,16,4096,128,fp16,false --problem 1,16,16,8192,128,fp16,false \
     --settle-s 3 --rounds 25 --json "$f/power_probe_h200.json" 2>&1 | tee "$f/power_probe_h200.txt"
   tar czf "$OUT/testspower.tgz" -C /tmp testspower
+  ;;
+notoolkit16)
+  # Issue 16, part 4: a kernel pack built here for db/ (`cute-autotune kernels pack`), then
+  # attention() and attention_with_kvcache() run from it with the CUDA toolkit and the C++
+  # compiler out of reach (/usr/local/cuda renamed for the run, PATH empty, CUDA_HOME unset)
+  # and an empty kernel cache (benchmarks/no_toolkit_check.py). One tarball back.
+  f=/tmp/notoolkit16; mkdir -p "$f"; t0=$(date +%s)
+  python3 -m autotune.cli kernels pack --arch sm_90 --out /tmp/pack --jobs 16 --quiet \
+    > "$f/kernels_pack.txt" 2>&1; echo "pack rc $? at $(( $(date +%s) - t0 )) s"
+  du -sh /tmp/pack >> "$f/kernels_pack.txt"; tail -n 3 "$f/kernels_pack.txt"
+  py=$(command -v python3); mkdir -p /tmp/empty_path
+  mv /usr/local/cuda /usr/local/cuda.hidden && echo "toolkit hidden"
+  env -u CUDA_HOME -u CUDA_PATH -u CXX PATH=/tmp/empty_path CUTE_AUTOTUNE_KERNELS=/tmp/pack \
+    CUTE_AUTOTUNE_CACHE=/tmp/empty_cache CUTE_AUTOTUNE_DB=sqlite:////tmp/empty.db \
+    "$py" benchmarks/no_toolkit_check.py > "$f/no_toolkit_check.txt" 2>&1
+  echo "no-toolkit check rc $? at $(( $(date +%s) - t0 )) s"
+  mv /usr/local/cuda.hidden /usr/local/cuda
+  tar czf "$OUT/notoolkit16.tgz" -C /tmp notoolkit16; tail -n 30 "$f/no_toolkit_check.txt"
   ;;
 decode15tune)
   # After a decode kernel change (issue 15): the model bench with a host profile of our decode
