@@ -4,7 +4,7 @@ and the kernel cache is empty, with $CUTE_AUTOTUNE_KERNELS naming the pack. It a
 the toolkit is really absent, that each call ran one of the pack's kernels (not the fallback),
 and that the outputs agree with an fp32 reference.
 
-    CUTE_AUTOTUNE_KERNELS=DIR CUTE_AUTOTUNE_CACHE=$(mktemp -d) \
+    CUTE_AUTOTUNE_KERNELS=DIR CUTE_AUTOTUNE_CACHE=$(mktemp -d) \\
         python benchmarks/no_toolkit_check.py
 """
 
