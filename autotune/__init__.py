@@ -60,7 +60,7 @@ __all__ = [
     "validate_config",
 ]
 
-__version__ = "0.1.0"
+from ._version import VERSION as __version__  # noqa: E402, F401 - the package attribute
 
 # Names whose stage is loaded on first use: the runtime pulls in torch (and registers its
 # custom op), the tuner Optuna; neither should be paid for by `import autotune`.

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 def main() -> int:
     import autotune
-    from autotune.build.toolchain import ToolchainError, find_cuda_include, find_nvcc
+    from autotune.build import ToolchainError, find_cuda_include, find_nvcc
 
     absent = {}
     for name, probe in (("nvcc", find_nvcc), ("cuda.h", find_cuda_include)):
@@ -76,7 +76,7 @@ def main() -> int:
     if not err < 1e-2:
         failures.append(f"attention_with_kvcache: rel err {err:.2e}")
 
-    from autotune.launch.launcher import launcher_path
+    from autotune.launch import launcher_path
 
     results["launcher"] = str(launcher_path())
     results["failures"] = failures

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 # Helpers every stage may use: paths, atomic JSON files, process identity, lazy names.
-BASE = {"_paths", "_jsonfile", "_process", "_lazy"}
+BASE = {"_paths", "_jsonfile", "_process", "_lazy", "_version"}
 STAGES = ["model", "build", "launch", "measure", "store", "runtime", "tune", "cli"]
 # The runtime serves attention() in users' processes: from the measure stage it takes torch
 # SDPA (its baseline and fallback) and nothing else.

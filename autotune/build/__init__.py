@@ -19,7 +19,10 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
     )
     from .toolchain import (
         Toolchain,
+        ToolchainError,
         family_source_hash,
+        find_cuda_include,
+        find_nvcc,
         kernel_source_hash,
     )
     from .toolchain import (
@@ -33,12 +36,15 @@ __all__ = [
     "BuildResult",
     "NVCC_FLAGS",
     "Toolchain",
+    "ToolchainError",
     "artifact_key",
     "compile_config",
     "compile_many",
     "current_toolchain",
     "default_jobs",
     "family_source_hash",
+    "find_cuda_include",
+    "find_nvcc",
     "kernel_source_hash",
     "lookup",
 ]
@@ -56,6 +62,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "default_jobs": ("compiler", "default_jobs"),
     "lookup": ("compiler", "lookup"),
     "Toolchain": ("toolchain", "Toolchain"),
+    "ToolchainError": ("toolchain", "ToolchainError"),
+    "find_cuda_include": ("toolchain", "find_cuda_include"),
+    "find_nvcc": ("toolchain", "find_nvcc"),
     "family_source_hash": ("toolchain", "family_source_hash"),
     "kernel_source_hash": ("toolchain", "kernel_source_hash"),
     "current_toolchain": ("toolchain", "toolchain"),

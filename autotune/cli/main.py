@@ -347,13 +347,13 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__  # not importlib.metadata: a source checkout has no metadata
+    from .._version import VERSION  # not importlib.metadata: a source checkout has no metadata
 
     parser = argparse.ArgumentParser(
         prog="cute-autotune", formatter_class=HelpFormatter,
         description="Autotuning explorer for CuTe FlashAttention-forward kernels.")
     parser.add_argument("--version", action="version",
-                        version=f"cute-autotune {__version__}")
+                        version=f"cute-autotune {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compile", help="build configs (or a whole space) into cubins")
     _add_selection(p)

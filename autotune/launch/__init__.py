@@ -10,17 +10,20 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .kernel import CompiledKernel
+    from .launcher import launcher_path
     from .tensors import torch_dtype
 
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
 __all__ = [
     "CompiledKernel",
+    "launcher_path",
     "torch_dtype",
 ]
 
 _LAZY: dict[str, tuple[str, str]] = {
     "CompiledKernel": ("kernel", "CompiledKernel"),
+    "launcher_path": ("launcher", "launcher_path"),
     "torch_dtype": ("tensors", "torch_dtype"),
 }
 
