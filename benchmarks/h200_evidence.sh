@@ -100,20 +100,7 @@ precompile_start() { local pack; [ -n "${PRECOMPILE:-}" ] || return 0; mkdir -p 
 precompile_pack() { [ -n "${PRECOMPILE:-}" ] || return 0; wait
   python3 benchmarks/pack_cubins.py "$OUT/pre_d${PRECOMPILE// /_}.tgz" --cache /tmp/pre \
     --family sm90 --head-dim $PRECOMPILE; }
-# racecheck + synccheck (compute-sanitizer, benchmarks/race_probe.py) on each config of the list
-# $1, seven processes at a time (each mostly host-bound); every report's tail into $2.
-sanitize_variants() { local n
-  python3 -c "import json, sys
-for c in json.load(open(sys.argv[1])):
-    print(json.dumps(c, separators=(',', ':')))" "$1" > /tmp/variants.txt
-  run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
-    { echo "== $tool $cfg"; timeout 200 compute-sanitizer --tool "$tool" python3 \
-        benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
-  export -f run_one
-  n=$(wc -l < /tmp/variants.txt)
-  for i in $(seq 1 "$n"); do echo "racecheck $i"; echo "synccheck $i"; done \
-    | xargs -P 7 -L 1 bash -c 'run_one "$0" "$1"'
-  cat /tmp/san_*.txt > "$2"; }
+. benchmarks/sanitize_variants.sh  # sanitize_variants LIST OUT [PARALLEL] [TIMEOUT]
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
 case "${1:?stage}" in
 tests64|tests128)

@@ -24,6 +24,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=${CUTE_A
 OUT=${OUT:-/tmp/out}; R=/tmp/revalidate; mkdir -p "$R" "$OUT"  # one tarball back (few files may)
 FRACTION=${FRACTION:-0.25}; SEED=${SEED:-14}
 mkdir -p "$CUTE_AUTOTUNE_CACHE"
+. benchmarks/sanitize_variants.sh  # sanitize_variants LIST OUT [PARALLEL] [TIMEOUT]
 for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C "$CUTE_AUTOTUNE_CACHE"; done
 
 sample_file() {  # the seeded covering sample of one family, as a config list
@@ -84,18 +85,8 @@ print(len(configs), 'configs')" "$@"
   sanitize)
     variants=${VARIANTS:-benchmarks/configs/structural_variants.json}
     python3 -m autotune.cli compile --config @"$variants" --arch sm_90 --quiet > /dev/null 2>&1
-    python3 -c "import json
-for c in json.load(open('$variants')):
-    print(json.dumps(c, separators=(',', ':')))" > /tmp/variants.txt
     # Four sanitizer processes at a time on the one GPU: each is mostly host-bound.
-    run_one() { local tool=$1 n=$2 cfg; cfg=$(sed -n "${n}p" /tmp/variants.txt)
-      { echo "== $tool $cfg"; timeout 150 compute-sanitizer --tool "$tool" python3 \
-          benchmarks/race_probe.py "$cfg" 2>&1 | tail -n 7; } > "/tmp/san_${n}_$tool.txt"; }
-    export -f run_one
-    n=$(wc -l < /tmp/variants.txt)
-    for i in $(seq 1 "$n"); do echo "racecheck $i"; echo "synccheck $i"; done \
-      | xargs -P 4 -L 1 bash -c 'run_one "$0" "$1"'
-    cat /tmp/san_*.txt > "$R/sanitizers_h200.txt"
+    sanitize_variants "$variants" "$R/sanitizers_h200.txt" 4 150
     grep -cE "RACECHECK SUMMARY: 0 hazards|ERROR SUMMARY: 0 errors" "$R/sanitizers_h200.txt"
     grep -E "SUMMARY" "$R/sanitizers_h200.txt" | sort | uniq -c ;;
   esac
