@@ -16,14 +16,13 @@ from typing import Any
 
 from ..model.config import Config
 from ..model.problem import Problem
-from ..model.space import load_space
+from ..model.space import SDPA_FAMILY, load_space
 from ..model.target import target_for_capability
 from ..runtime.dispatch import FALLBACK, Dispatcher
 from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import TuningStore
 from ..store.schema import StoreError
 
-SDPA_FAMILY = "sdpa"
 NOT_MEASURED = "not measured"
 
 

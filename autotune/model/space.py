@@ -33,6 +33,9 @@ TUNABLE = "tunable"
 # the tuner searches it and the store keeps it with the config, but it is no template
 # parameter, so every value of it shares one build (`Space.build_view`).
 LAUNCH = "launch"
+# The family whose "configs" are torch SDPA's backends: timed and stored like a kernel family,
+# never compiled (search_spaces/sdpa.toml).
+SDPA_FAMILY = "sdpa"
 # What a family's configs are: CuTe kernels compiled by nvcc, or torch's own SDPA backends
 # (the `sdpa` pseudo-family: nothing to compile, always a finalist of the re-ranking).
 CUDA, TORCH = "cuda", "torch"

@@ -38,13 +38,18 @@ from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
 from ..model.config import Config
 from ..model.problem import Problem
-from ..model.space import default_config, load_space, supported_families, unsupported_reason
+from ..model.space import (
+    SDPA_FAMILY,
+    default_config,
+    load_space,
+    supported_families,
+    unsupported_reason,
+)
 from ..model.target import Target, target_for_device
 from ..store.records import DeviceInfo
 from ..store.repo import BrokenRow, TuningStore
 
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
-SDPA_FAMILY = "sdpa"
 UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
 
 

@@ -30,6 +30,7 @@ from ..measure.trial import not_built
 from ..measure.worker import WorkerFailure
 from ..model.config import Config
 from ..model.problem import Problem
+from ..model.space import SDPA_FAMILY as SDPA_FAMILY  # re-exported: the tune stage's name
 from ..model.space import load_space, supported_families
 from ..model.status import Status
 from ..model.target import Target, target_for_capability
@@ -56,7 +57,6 @@ def sdpa_baselines(results: Sequence[TrialResult]) -> list[BaselineTiming]:
             and r.median_us is not None]
 
 
-SDPA_FAMILY = "sdpa"
 
 
 class Backend(Protocol):
@@ -346,9 +346,13 @@ class ReplayBackend:
         return _baselines_from_recording(sdpa)
 
     def _not_recorded(self, problems: Sequence[Problem]) -> str:
-        known = "; ".join(p.describe() for p in self._sdpa)
-        return (f"{', '.join(p.describe() for p in problems)} not recorded in the replayed "
-                f"recordings (they hold: {known})")
+        named = ", ".join(p.describe() for p in problems[:3])
+        if len(problems) > 3:
+            named += f" and {len(problems) - 3} more"
+        held = "; ".join(f"{p.describe()} ({', '.join(f for f, q in self._rows if q == p)})"
+                         for p in self._sdpa)
+        return (f"{named} {'is' if len(problems) == 1 else 'are'} not recorded in the replayed "
+                f"recordings, which hold {len(self._sdpa)} problems: {held}")
 
     def close(self) -> None:
         pass

@@ -16,13 +16,12 @@ from typing import Any
 from ..measure.environment import Environment
 from ..model.config import Config
 from ..model.problem import Problem
-from ..model.space import load_space
+from ..model.space import SDPA_FAMILY, load_space
 from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import TuningStore
 from .backends import Backend
 from .search import SearchSettings, rerank_finalists, sdpa_configs, study_name
 
-SDPA_FAMILY = "sdpa"
 RUNNERS_UP_PER_FAMILY = 5
 PHASE = "recheck"
 KEPT_NOISE = "kept: within noise"
