@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +16,14 @@ from .._jsonfile import read_json
 from ..measure.environment import gpu_available
 from ..model.problem import Problem
 from ..model.shapes import load_shape_set
+from ..model.space import SDPA_FAMILY
 from ..store.misses_records import MissRecord
 from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from ..store.schema import StoreError, default_url, describe, make_engine, upgrade
-from ..tune.search import Progress, SearchSettings, TuneOutcome
+from ..tune.search import FamilyOutcome, Progress, SearchSettings, TuneOutcome
 from .args import nonnegative_int, positive_float, positive_int
-from .table import render_table
+from .table import output_width, render_table
 
 
 def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -192,6 +195,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         "this session", "trials"], rows))
     if len(families) > 1:
         print("\n* the problem's best config: the fastest of all families in the final re-timing")
+    searched = [f for o in outcomes for f in o.families]
+    if searched:
+        print("\n" + trial_counts_note(searched))
     if skipped:
         print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
               "run it again with --skip-tuned to continue")
@@ -229,6 +235,17 @@ def _speedup(o: TuneOutcome, result: TrialResult | None, backend: str) -> float 
     return base.median_us / result.median_us
 
 
+def trial_counts_note(searched: Sequence[FamilyOutcome]) -> str:
+    """How the table's counts add up to Optuna's (optuna-dashboard shows more trials)."""
+    optuna = sum(f.optuna_trials for f in searched)
+    return textwrap.fill(
+        "this session: configs measured + measurements reused from the database; trials: "
+        f"configs the studies hold measured. Optuna counts {optuna} trials in these studies: "
+        "it also holds each proposal pruned by the space's constraints (never built) and each "
+        "repeat of a measured config (told its earlier time), and trials interrupted or lost to "
+        "the machinery; its user attribute `status` says which.", output_width())
+
+
 def outcome_rows(o: TuneOutcome, marked: bool) -> list[list[Any]]:
     """Table rows of a problem's session: one per family, the winner's first (marked with *
     when several families competed)."""
@@ -236,10 +253,12 @@ def outcome_rows(o: TuneOutcome, marked: bool) -> list[list[Any]]:
 
     winner = o.best.config.family if o.best else None
     entries: list[tuple[str, TrialResult | None, str, Any]] = [
-        (f.family, f.best, f"{f.evaluated}+{f.reused} ({f.failed} failed, {f.pruned} pruned)",
-         f.total_trials) for f in o.families]
+        (f.family, f.best, f"{f.evaluated}+{f.reused} ({f.failed} failed, {f.pruned} pruned, "
+         f"{f.repeated} repeated)", f.total_trials) for f in o.families]
     if o.best is not None and o.family(o.best.config.family) is None:
-        entries.append((o.best.config.family, o.best, "earlier best, re-timed", ""))
+        entries.append((o.best.config.family, o.best,
+                        "torch SDPA, re-timed with the finalists"
+                        if o.best.config.family == SDPA_FAMILY else "earlier best, re-timed", ""))
     entries.sort(key=lambda e: e[0] != winner)  # stable: the winner's family first
     rows = []
     for i, (family, result, session, trials) in enumerate(entries):
@@ -268,7 +287,8 @@ def outcome_json(o: TuneOutcome) -> dict[str, Any]:
                 "speedup_vs_default": _speedup(o, f.best, "default"),
                 "speedup_vs_flash": _speedup(o, f.best, "flash"), "trials": f.total_trials,
                 "evaluated_now": f.evaluated, "failed_now": f.failed, "pruned_now": f.pruned,
-                "reused_now": f.reused} for f in o.families}}
+                "reused_now": f.reused, "repeated_now": f.repeated,
+                "optuna_trials": f.optuna_trials} for f in o.families}}
 
 
 def _tflops(o: TuneOutcome, backend: str) -> float | None:
@@ -366,7 +386,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",
                         "vs FLASH", "trials", "source", "timed kernel"],
                        [[*_record_row(r), _timed_kernel(r, timed.get((r.device.name, r.problem)))]
-                        for r in records]))
+                        for r in records], movable=["best config", "timed kernel", "device"]))
     broken = store.broken_rows()
     for reason in broken:
         print(f"refused a stored row: {reason}", file=sys.stderr)

@@ -55,6 +55,7 @@ class Progress:
     failed: int = 0
     pruned: int = 0
     reused: int = 0
+    repeated: int = 0  # proposals of a config already measured: told its value, not run
     best_us: float | None = None
     sdpa_default_us: float | None = None
     last: TrialResult | None = None
@@ -84,6 +85,8 @@ class FamilySearch:
     pruned: int
     reused: int
     total_trials: int
+    repeated: int = 0
+    optuna_trials: int = 0  # Optuna's count: total_trials + pruned + repeated + interrupted
 
 
 def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, space: Space,
@@ -168,6 +171,7 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                 value = known.get(config.digest)
                 tell(proposal, Outcome(Status.REPEAT, value, "" if value is not None else
                                        "an earlier trial of this config failed"))
+                progress.repeated += 1
                 stale_asks += 1
                 continue
             if settings.reuse:
@@ -215,7 +219,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                     on_progress(progress)
 
     return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
-                        progress.failed, progress.pruned, progress.reused, study.counted())
+                        progress.failed, progress.pruned, progress.reused, study.counted(),
+                        progress.repeated, study.optuna_trials())
 
 
 @contextmanager

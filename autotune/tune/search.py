@@ -45,6 +45,8 @@ class FamilyOutcome:
     pruned: int
     reused: int
     total_trials: int
+    repeated: int = 0
+    optuna_trials: int = 0  # the study's trials as Optuna counts them (see tune.study)
 
     def tflops(self, problem: Problem) -> float | None:
         return self.best.tflops(problem) if self.best else None
@@ -194,7 +196,8 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
         outcomes.append(FamilyOutcome(
             search.family, search.study,
             min(mine, key=lambda r: r.median_us or math.inf) if mine else None,
-            search.evaluated, search.failed, search.pruned, search.reused, search.total_trials))
+            search.evaluated, search.failed, search.pruned, search.reused, search.total_trials,
+            search.repeated, search.optuna_trials))
     return TuneOutcome(problem, device, winner.study if winner else studies[chosen[0]],
                        winner.result if winner else None, baselines,
                        sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),

@@ -222,6 +222,10 @@ class Study:
         """Trials of the study that evaluated a config (see NOT_COUNTED)."""
         return counted(self._study.get_trials(deepcopy=False))
 
+    def optuna_trials(self) -> int:
+        """Every trial of the study, as Optuna (and optuna-dashboard) counts them."""
+        return len(self._study.get_trials(deepcopy=False))
+
 
 def counted(trials: Sequence[Any]) -> int:
     """Of Optuna trials, those that evaluated a config (see NOT_COUNTED)."""
