@@ -74,6 +74,9 @@
 #                                              # searched again (.tuning carried; one tarball)
 #   bash benchmarks/h200_evidence.sh notoolkit16  # a kernel pack for db/, then attention() from
 #                                              # it with no nvcc, cuda.h or C++ compiler
+#   REC=decode bash benchmarks/h200_evidence.sh record16  # a --replay recording of a family
+#                                              # (REC=decode or sm90; issue 16): every build
+#                                              # of its piece through check, then the sweep
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -674,6 +677,45 @@ final13)
   echo "tests at $(( $(date +%s) - t0 )) s"; tail -n 1 "$OUT/pytest_gpu_sdpa_dispatch.txt"
   timeout $(left 590) python3 -m autotune.cli report --db "$db" --json "$OUT/report_h200.json" \
     > "$OUT/report_h200.txt" 2>&1; tail -n 5 "$OUT/report_h200.txt"
+  ;;
+record16)
+  # Issue 16 item 3: the recording `--replay` serves for a family (REC=decode|sm90), every valid
+  # config of the family on each picked problem. Cubins carried in .c90pack (prebuilt here);
+  # whatever is missing is compiled on all cores. Every build of the piece goes through `check`
+  # first, PARTS processes side by side (for the decode family: its whole bf16 D=128 space at
+  # this kernel version through the validator); benchmarks/sweep.py then times every config,
+  # taking those validations (--verdicts), and writes after each problem, so UNTIL cuts it
+  # between problems. PICK overrides the picked problems (indices into the filtered set).
+  f=/tmp/record16; mkdir -p "$f"; unpack_cubins; t0=$(date +%s); shopt -s nullglob
+  case "${REC:?REC=decode or sm90}" in
+    decode) piece=(--family decode --head-dim 128 --dtype bf16 --causal both)
+            sweep=(--shape-set llm-decode --head-dim 128 --dtype bf16
+                   --pick ${PICK:-0 4 6 9 16 20 25 27}) ;;
+    sm90) piece=(--family sm90 --head-dim 128 --dtype fp16 --causal false)
+          sweep=(--shape-set llm-prefill --head-dim 128 --dtype fp16 --causal false
+                 ${PICK:+--pick $PICK}) ;;
+    *) echo "REC=$REC: decode or sm90"; exit 2 ;;
+  esac
+  python3 -m autotune.cli compile "${piece[@]}" --arch sm_90 --jobs 16 --quiet \
+    > "$f/compile_$REC.txt" 2>&1; tail -n 1 "$f/compile_$REC.txt"
+  echo "compiled at $(( $(date +%s) - t0 )) s"
+  if [ "${CHECK:-1}" = 1 ]; then
+    python3 benchmarks/check_parts.py "${piece[@]}" --parts "${PARTS:-4}" --out /tmp/part
+    for part in $(seq 0 $(( ${PARTS:-4} - 1 ))); do
+      ( timeout "${CHECK_S:-240}" python3 -m autotune.cli check --config @/tmp/part_$part.json \
+          --arch sm_90 --seed $(( 160 + part )) --jobs 2 --json "$f/check_${REC}_$part.json" \
+          --quiet > "$f/check_${REC}_$part.txt" 2>&1
+        echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_${REC}_$part.txt" ) &
+    done; wait
+    python3 benchmarks/merge_checks.py "$f/check_${REC}_h200.json" "$f"/check_${REC}_[0-9]*.json \
+      --command "REC=$REC bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py ${piece[*]} --parts ${PARTS:-4} --out /tmp/part, then per part: python3 -m autotune.cli check --config @/tmp/part_N.json --arch sm_90 --seed 160+N --jobs 2"
+    tail -q -n 3 "$f"/check_${REC}_[0-9]*.txt; echo "checked at $(( $(date +%s) - t0 )) s"
+  fi
+  timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/sweep.py --family "$REC" \
+    "${sweep[@]}" --rounds 3 --round-ms 5 --warmup-ms 20 --verdicts "$f"/check_${REC}_[0-9]*.json \
+    --json "$f/sweep_${REC}_h200.json.gz" > "$f/sweep_$REC.txt" 2>&1
+  echo "sweep rc $? at $(( $(date +%s) - t0 )) s"; cat "$f/sweep_$REC.txt" | cut -c1-220
+  tar czf "$OUT/record16_$REC.tgz" -C /tmp record16
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

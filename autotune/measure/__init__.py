@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
     from .reference import reference_attention, reference_with_kvcache
     from .sdpa import accepted_backends, sdpa_call
     from .timing import input_sets_needed, measure
-    from .trial import check, evaluate
+    from .trial import check, evaluate, remember_verdict
+    from .validate import ValidationReport
     from .worker import GpuWorker
 
 # The names scripts and other callers may import from this stage; each is loaded on first
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
 __all__ = [
     "GpuWorker",
     "KVCase",
+    "ValidationReport",
     "accepted_backends",
     "check",
     "describe_device",
@@ -34,6 +36,7 @@ __all__ = [
     "problem_inputs",
     "reference_attention",
     "reference_with_kvcache",
+    "remember_verdict",
     "sdpa_call",
     "time_sdpa",
 ]
@@ -53,7 +56,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "time_sdpa": ("gpu_tasks", "time_sdpa"),
     "check": ("trial", "check"),
     "evaluate": ("trial", "evaluate"),
+    "remember_verdict": ("trial", "remember_verdict"),
     "GpuWorker": ("worker", "GpuWorker"),
+    "ValidationReport": ("validate", "ValidationReport"),
 }
 
 

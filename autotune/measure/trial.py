@@ -58,6 +58,13 @@ def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> Va
                             report.cases + kv)
 
 
+def remember_verdict(build: BuildResult, report: ValidationReport) -> None:
+    """Take a validation of this cubin made elsewhere (`cute-autotune check` in processes beside
+    this one, benchmarks/sweep.py --verdicts) as this process's own, so `evaluate` does not
+    validate it again."""
+    _validated[str(build.cubin)] = (report.passed, report.summary(), report.worst_rel_err)
+
+
 def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
     key = str(build.cubin)
     if key not in _validated:
@@ -67,10 +74,12 @@ def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
 
 
 def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: float,
-             device: int = 0) -> TrialResult:
+             device: int = 0, warmup_ms: float | None = None) -> TrialResult:
     """Validate a built config (the full validator, once per cubin in this process), compare
     its output at the tuning shape with SDPA's default, then time it on the problem alternating
-    call by call with SDPA's default (measure.timing), whose median comes back beside it."""
+    call by call with SDPA's default (measure.timing), whose median comes back beside it.
+    `warmup_ms` shortens the warm-up before the timed calls where the GPU is kept busy by the
+    trials before (an exhaustive sweep); by default the timing regime's own."""
     if not build.ok:
         return not_built(build)
     passed, summary, worst = _verdict(build, device)
@@ -93,7 +102,10 @@ def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: flo
     reference = sdpa_candidate(problem, "default")
     if reference is not None:
         candidates[SDPA_DEFAULT] = reference
-    timings = measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
+    timings = (measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
+               if warmup_ms is None else
+               measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms,
+                       warmup_ms=warmup_ms))
     timing, baseline = timings[build.name], timings.get(SDPA_DEFAULT)
     return TrialResult(build.config, Status.OK, "", timing.median_us, timing.p20_us,
                        timing.p80_us, timing.rounds, worst, build_key=build.key,

@@ -117,6 +117,12 @@ class ValidationReport:
         return {"passed": self.passed, "seed": self.seed,
                 "cases": [c.as_dict() for c in self.cases]}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ValidationReport:
+        """The report `as_dict` wrote (a `cute-autotune check --json` result's "report")."""
+        return cls(bool(data["passed"]), int(data["seed"]),
+                   tuple(CaseResult(**case) for case in data["cases"]))
+
 
 def make_inputs(case: Case, problem: Problem, generator: torch.Generator,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -68,7 +68,7 @@ class Trials:
         self.calls: list[tuple[Problem, BuildResult]] = []
 
     def __call__(self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float,
-                 device: int = 0) -> TrialResult:
+                 device: int = 0, warmup_ms: float | None = None) -> TrialResult:
         self.calls.append((problem, build))
         if not build.ok:
             return trial.not_built(build)
@@ -177,6 +177,30 @@ def test_check_validates_through_the_trial_module(monkeypatch: pytest.MonkeyPatc
     build = fake_build(Config.from_dict(sm_config()), 0)
     assert _answer(ValidateRequest(build, seed=7), 0) == report
     assert seen == [(build, 7)]
+
+
+def test_a_validation_made_by_check_is_not_made_again(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    # the sweep times builds that `cute-autotune check` processes validated beside it
+    build = fake_build(Config.from_dict(sm_config()), 0)
+    report = ValidationReport(False, 3, (CaseResult("aligned", "B2", True, rel_err=1e-4),
+                                         CaseResult("odd", "B1", False, "max abs err 0.5",
+                                                    rel_err=0.25)))
+    checked = tmp_path / "check.json"
+    checked.write_text(json.dumps({"results": [
+        {"config": sm_config(), "cubin": str(build.cubin),
+         "validation": {"status": "failed", "reason": report.summary(),
+                        "report": report.as_dict()}},
+        {"config": sm_config(), "cubin": None, "validation": {"status": "not_run"}}]}))
+    verdicts = load_sweep().read_verdicts([str(checked)])
+    assert list(verdicts) == [str(build.cubin)]  # (NaN errors: compare what they write)
+    assert verdicts[str(build.cubin)].as_dict().__repr__() == report.as_dict().__repr__()
+    monkeypatch.setattr(trial, "_validated", {})
+    monkeypatch.setattr(trial, "check", lambda *a, **k: pytest.fail("validated again"))
+    trial.remember_verdict(build, verdicts[str(build.cubin)])
+    result = trial.evaluate(PROBLEM, build, rounds=1, round_ms=1.0)
+    assert result.status == Status.FAILED_VALIDATION and "max abs err 0.5" in result.reason
+    assert result.rel_err == 0.25
 
 
 def test_every_request_has_its_task_and_crosses_the_pipe_intact() -> None:
