@@ -74,9 +74,9 @@
 #                                              # searched again (.tuning carried; one tarball)
 #   bash benchmarks/h200_evidence.sh notoolkit16  # a kernel pack for db/, then attention() from
 #                                              # it with no nvcc, cuda.h or C++ compiler
-#   REC=decode bash benchmarks/h200_evidence.sh record16  # a --replay recording of a family
-#                                              # (REC=decode or sm90; issue 16): every build
-#                                              # of its piece through check, then the sweep
+#   REC="sm90 sm80" bash benchmarks/h200_evidence.sh record16  # --replay recordings (issue
+#                                              # 16), one per family in REC (decode, sm90,
+#                                              # sm80): every build through check, the sweep
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -679,43 +679,53 @@ final13)
     > "$OUT/report_h200.txt" 2>&1; tail -n 5 "$OUT/report_h200.txt"
   ;;
 record16)
-  # Issue 16 item 3: the recording `--replay` serves for a family (REC=decode|sm90), every valid
-  # config of the family on each picked problem. Cubins carried in .c90pack (prebuilt here);
-  # whatever is missing is compiled on all cores. Every build of the piece goes through `check`
+  # Issue 16 item 3: the recordings `--replay` serves, one per family in REC (decode, sm90,
+  # sm80; in turn), every valid config of the family on each picked problem. Cubins carried in
+  # .c90pack (prebuilt off the GPU host); what is missing is compiled on all cores, the next
+  # family's while this one's sweep runs (nice). Every build of a piece goes through `check`
   # first, PARTS processes side by side (for the decode family: its whole bf16 D=128 space at
   # this kernel version through the validator); benchmarks/sweep.py then times every config,
   # taking those validations (--verdicts), and writes after each problem, so UNTIL cuts it
-  # between problems. PICK overrides the picked problems (indices into the filtered set).
+  # between problems. PICK_<family> overrides the picked problems (indices into the set).
+  # CHECK=0 takes the validations of an earlier call's check files, carried in .rec_verdicts/.
+  # ROUND_MS / WARMUP_MS: the sweep's timing (each problem of a recording records its own).
   f=/tmp/record16; mkdir -p "$f"; unpack_cubins; t0=$(date +%s); shopt -s nullglob
-  case "${REC:?REC=decode or sm90}" in
-    decode) piece=(--family decode --head-dim 128 --dtype bf16 --causal both)
-            sweep=(--shape-set llm-decode --head-dim 128 --dtype bf16
-                   --pick ${PICK:-0 4 6 9 16 20 25 27}) ;;
-    sm90) piece=(--family sm90 --head-dim 128 --dtype fp16 --causal false)
-          sweep=(--shape-set llm-prefill --head-dim 128 --dtype fp16 --causal false
-                 ${PICK:+--pick $PICK}) ;;
-    *) echo "REC=$REC: decode or sm90"; exit 2 ;;
-  esac
-  python3 -m autotune.cli compile "${piece[@]}" --arch sm_90 --jobs 16 --quiet \
-    > "$f/compile_$REC.txt" 2>&1; tail -n 1 "$f/compile_$REC.txt"
-  echo "compiled at $(( $(date +%s) - t0 )) s"
-  if [ "${CHECK:-1}" = 1 ]; then
-    python3 benchmarks/check_parts.py "${piece[@]}" --parts "${PARTS:-4}" --out /tmp/part
-    for part in $(seq 0 $(( ${PARTS:-4} - 1 ))); do
-      ( timeout "${CHECK_S:-240}" python3 -m autotune.cli check --config @/tmp/part_$part.json \
-          --arch sm_90 --seed $(( 160 + part )) --jobs 2 --json "$f/check_${REC}_$part.json" \
-          --quiet > "$f/check_${REC}_$part.txt" 2>&1
-        echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_${REC}_$part.txt" ) &
-    done; wait
-    python3 benchmarks/merge_checks.py "$f/check_${REC}_h200.json" "$f"/check_${REC}_[0-9]*.json \
-      --command "REC=$REC bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py ${piece[*]} --parts ${PARTS:-4} --out /tmp/part, then per part: python3 -m autotune.cli check --config @/tmp/part_N.json --arch sm_90 --seed 160+N --jobs 2"
-    tail -q -n 3 "$f"/check_${REC}_[0-9]*.txt; echo "checked at $(( $(date +%s) - t0 )) s"
-  fi
-  timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/sweep.py --family "$REC" \
-    "${sweep[@]}" --rounds 3 --round-ms 5 --warmup-ms 20 --verdicts "$f"/check_${REC}_[0-9]*.json \
-    --json "$f/sweep_${REC}_h200.json.gz" > "$f/sweep_$REC.txt" 2>&1
-  echo "sweep rc $? at $(( $(date +%s) - t0 )) s"; cat "$f/sweep_$REC.txt" | cut -c1-220
-  tar czf "$OUT/record16_$REC.tgz" -C /tmp record16
+  [ "${CHECK:-1}" = 0 ] && [ -d .rec_verdicts ] && cp .rec_verdicts/check_*_[0-9]*.json "$f"/
+  piece_of() {  # the space piece and the sweep's problems of family $1
+    case "$1" in
+      decode) piece=(--family decode --head-dim 128 --dtype bf16 --causal both)
+              sweep=(--shape-set llm-decode --head-dim 128 --dtype bf16
+                     --pick ${PICK_decode:-0 4 6 9 16 20 25 27}) ;;
+      sm90|sm80) piece=(--family "$1" --head-dim 128 --dtype fp16 --causal false)
+                 sweep=(--shape-set llm-prefill --head-dim 128 --dtype fp16 --causal false) ;;
+      *) echo "REC: decode, sm90 or sm80, not $1"; exit 2 ;;
+    esac; }
+  compile_piece() { piece_of "$1"; nice -n "$2" python3 -m autotune.cli compile "${piece[@]}" \
+    --arch sm_90 --jobs 16 --quiet > "$f/compile_$1.txt" 2>&1; }
+  set -- ${REC:?REC=decode, sm90 or sm80, or several}
+  compile_piece "$1" 0; tail -n 1 "$f/compile_$1.txt"; echo "compiled $1 at $(( $(date +%s) - t0 )) s"
+  while [ $# -gt 0 ]; do
+    rec=$1; shift; piece_of "$rec"
+    [ $# -gt 0 ] && { compile_piece "$1" 10 & }
+    if [ "${CHECK:-1}" = 1 ]; then
+      python3 benchmarks/check_parts.py "${piece[@]}" --parts "${PARTS:-4}" --out /tmp/part_$rec
+      for part in $(seq 0 $(( ${PARTS:-4} - 1 ))); do
+        ( timeout "${CHECK_S:-240}" python3 -m autotune.cli check --config @/tmp/part_${rec}_$part.json \
+            --arch sm_90 --seed $(( 160 + part )) --jobs 2 --json "$f/check_${rec}_$part.json" \
+            --quiet > "$f/check_${rec}_$part.txt" 2>&1
+          echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_${rec}_$part.txt" ) &
+      done; wait $(jobs -p | tail -n "${PARTS:-4}")
+      python3 benchmarks/merge_checks.py "$f/check_${rec}_h200.json" "$f"/check_${rec}_[0-9]*.json \
+        --command "REC=$rec bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py ${piece[*]} --parts ${PARTS:-4} --out /tmp/part_$rec, then per part N: python3 -m autotune.cli check --config @/tmp/part_${rec}_N.json --arch sm_90 --seed 160+N --jobs 2"
+      tail -q -n 3 "$f"/check_${rec}_[0-9]*.txt; echo "checked $rec at $(( $(date +%s) - t0 )) s"
+    fi
+    timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/sweep.py --family "$rec" \
+      "${sweep[@]}" --rounds 3 --round-ms "${ROUND_MS:-5}" --warmup-ms "${WARMUP_MS:-20}" --verdicts "$f"/check_${rec}_[0-9]*.json \
+      --json "$f/sweep_${rec}_h200.json.gz" > "$f/sweep_$rec.txt" 2>&1
+    echo "sweep $rec rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-220 "$f/sweep_$rec.txt"
+    wait  # the next family's compile
+  done
+  tar czf "$OUT/record16.tgz" -C /tmp record16
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac

@@ -116,6 +116,7 @@ def sweep_shape(problem: Problem, rounds: int, round_ms: float, limit: int | Non
         rows.append(row)
     base = time_sdpa(problem, rounds=2 * rounds, round_ms=2 * round_ms)
     return {"problem": problem.as_dict(), "flops": problem.flops,
+            "timing": {"rounds": rounds, "round_ms": round_ms, "warmup_ms": warmup_ms},
             "sdpa": {name: {**t.as_dict(), "tflops": round(problem.tflops(t.median_us), 2)}
                      for name, t in base.items()},
             "configs": rows}

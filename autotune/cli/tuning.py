@@ -239,11 +239,10 @@ def trial_counts_note(searched: Sequence[FamilyOutcome]) -> str:
     """How the table's counts add up to Optuna's (optuna-dashboard shows more trials)."""
     optuna = sum(f.optuna_trials for f in searched)
     return textwrap.fill(
-        "this session: configs measured + measurements reused from the database; trials: "
-        f"configs the studies hold measured. Optuna counts {optuna} trials in these studies: "
-        "it also holds each proposal pruned by the space's constraints (never built) and each "
-        "repeat of a measured config (told its earlier time), and trials interrupted or lost to "
-        "the machinery; its user attribute `status` says which.", output_width())
+        f"Optuna counts {optuna} trials in these studies: besides the configs measured (the "
+        "trials column) they hold the proposals pruned by the space's constraints and the "
+        "repeats of a measured config, told its time again (user attribute `status`).",
+        output_width())
 
 
 def outcome_rows(o: TuneOutcome, marked: bool) -> list[list[Any]]:
