@@ -30,6 +30,19 @@ nonnegative_int = _number(int, 0, True, "an integer >= 0")
 positive_float = _number(float, 0.0, False, "a number > 0")
 
 
+MASKS = ("false", "true", "both")
+
+
+def add_causal(p: argparse.ArgumentParser, *, default: str | None, both: bool, help: str) -> None:
+    """`--causal` in one form on every command: `--causal` alone means true, `--causal false`
+    and `--causal true` say it outright, and where a command covers several problems (a shape
+    set, a piece of a space) `--causal both` keeps either mask."""
+    choices = MASKS if both else MASKS[:2]
+    p.add_argument("--causal", nargs="?", const="true", default=default, choices=choices,
+                   metavar="{" + ",".join(choices) + "}",
+                   help=f"{help}; `--causal` alone: true")
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Help that shows each flag's default where it has one (not None, not a switch's False)."""
 

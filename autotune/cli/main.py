@@ -30,7 +30,7 @@ from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
 from . import kernels as cli_kernels
 from . import tuning as cli_tuning
-from .args import HelpFormatter, nonnegative_int, positive_float, positive_int
+from .args import HelpFormatter, add_causal, nonnegative_int, positive_float, positive_int
 from .build_table import build_table
 from .progress import progress
 from .table import render_table
@@ -317,7 +317,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     tuning session, the best config and a tuned attention call."""
     from . import demo
 
-    return demo.run(args.head_dim, args.causal, args.trials, args.db, gpu_available())
+    return demo.run(args.head_dim, args.causal == "true", args.trials, args.db, gpu_available())
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -329,8 +329,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    help="a config as JSON, or @file.json holding one or a list (repeatable)")
     p.add_argument("--head-dim", type=positive_int, nargs="+", help="head dims (default: all)")
     p.add_argument("--dtype", nargs="+", choices=["fp16", "bf16"], help="dtypes (default: both)")
-    p.add_argument("--causal", choices=["false", "true", "both"], default="both",
-                   help="which masks: full, causal or both")
+    add_causal(p, default="both", both=True,
+               help="which masks: full (false), causal (true) or both")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="pin a parameter, e.g. --set block_m=128 (repeatable)")
     p.add_argument("--sample", type=positive_int,
@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "a tuned attention() call against torch SDPA")
     p.add_argument("--head-dim", type=int, default=128, choices=[64, 128],
                    help="head dim of the demo's problem (B4 H16 L2048 fp16)")
-    p.add_argument("--causal", action="store_true", help="a causal mask")
+    add_causal(p, default="false", both=False, help="a causal mask")
     p.add_argument("--trials", type=positive_int, default=6,
                    help="tuning trials per kernel family")
     p.add_argument("--db", help="SQLAlchemy URL of the tuning database (default: "

@@ -22,7 +22,7 @@ from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from ..store.schema import StoreError, default_url, describe, make_engine, upgrade
 from ..tune.search import FamilyOutcome, Progress, SearchSettings, TuneOutcome
-from .args import nonnegative_int, positive_float, positive_int
+from .args import add_causal, nonnegative_int, positive_float, positive_int
 from .table import output_width, render_table
 
 
@@ -35,8 +35,10 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--seqlen-k", type=positive_int, help="key length Lk (default: --seqlen-q)")
     p.add_argument("--head-dim", type=positive_int, required=required, help="head dim D")
     p.add_argument("--dtype", choices=["fp16", "bf16"], help="element type (default: fp16)")
-    p.add_argument("--causal", action="store_true",
-                   help="a causal mask (aligned bottom-right when Lq != Lk)")
+    add_causal(p, default=None, both=True,
+               help="a causal mask, aligned bottom-right when Lq != Lk (default: false; with "
+                    "--shapes or --misses, false, true or both keep those problems only, "
+                    "default both)")
     p.add_argument("--kv-cache", metavar="KIND",
                    help="how the keys are held: dense (default), seqlens (a padded cache with "
                         "per-sequence lengths) or paged<N> (pages of N rows), the decode "
@@ -44,9 +46,12 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def problem_from_args(args: argparse.Namespace) -> Problem:
+    if args.causal == "both":
+        raise ValueError("--causal both keeps the problems of either mask of --shapes or "
+                         "--misses; one problem has one mask: --causal true or false")
     return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
                    args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16",
-                   args.causal, args.kv_cache or "dense")
+                   args.causal == "true", args.kv_cache or "dense")
 
 
 def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[Problem]:
@@ -55,7 +60,7 @@ def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[
     return [p for p in problems
             if (args.head_dim is None or p.head_dim == args.head_dim)
             and (args.dtype is None or p.dtype == args.dtype)
-            and (not args.causal or p.causal)
+            and args.causal in (None, "both", str(p.causal).lower())
             and (getattr(args, "kv_cache", None) is None or p.kv_cache == args.kv_cache)]
 
 

@@ -75,3 +75,23 @@ def test_every_flag_has_help() -> None:
                for name, command in commands.choices.items() for action in command._actions
                if not action.help and not isinstance(action, argparse._HelpAction)]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("command", [
+    ["tune"], ["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "64"], ["compile"],
+    ["check"], ["demo"]])
+def test_causal_has_one_form_on_every_command(command: list[str]) -> None:
+    parser = build_parser()
+    alone = parser.parse_args([*command, "--causal"]).causal
+    spelled = parser.parse_args([*command, "--causal", "true"]).causal
+    off = parser.parse_args([*command, "--causal", "false"]).causal
+    assert alone == spelled == "true" and off == "false"
+
+
+def test_causal_both_is_for_several_problems(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_parser().parse_args(["tune", "--causal", "both"]).causal == "both"
+    assert main(["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "64",
+                 "--causal", "both"]) == 2
+    assert "one problem has one mask" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--causal", "both"])  # the demo runs one problem
