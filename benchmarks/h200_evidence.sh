@@ -702,6 +702,20 @@ record16)
     esac; }
   compile_piece() { piece_of "$1"; nice -n "$2" python3 -m autotune.cli compile "${piece[@]}" \
     --arch sm_90 --jobs 16 --quiet > "$f/compile_$1.txt" 2>&1; }
+  # ALSO_CHECK="--family decode --head-dim 128 --dtype fp16": another piece of a space through
+  # check (4 processes) beside the first family's check, for the validation record only.
+  checking=()  # the check processes: the GPU is theirs until they end, then the sweep's
+  if [ -n "${ALSO_CHECK:-}" ]; then
+    python3 -m autotune.cli compile $ALSO_CHECK --arch sm_90 --jobs 16 --quiet > "$f/compile_also.txt" 2>&1
+    python3 benchmarks/check_parts.py $ALSO_CHECK --parts 4 --out /tmp/part_also
+    for part in 0 1 2 3; do
+      ( timeout "${CHECK_S:-240}" python3 -m autotune.cli check --config @/tmp/part_also_$part.json \
+          --arch sm_90 --seed $(( 170 + part )) --jobs 2 --json "$f/check_also_$part.json" \
+          --quiet > "$f/check_also_$part.txt" 2>&1
+        echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_also_$part.txt" ) &
+      checking+=($!)
+    done
+  fi
   set -- ${REC:?REC=decode, sm90 or sm80, or several}
   compile_piece "$1" 0; tail -n 1 "$f/compile_$1.txt"; echo "compiled $1 at $(( $(date +%s) - t0 )) s"
   while [ $# -gt 0 ]; do
@@ -714,7 +728,11 @@ record16)
             --arch sm_90 --seed $(( 160 + part )) --jobs 2 --json "$f/check_${rec}_$part.json" \
             --quiet > "$f/check_${rec}_$part.txt" 2>&1
           echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_${rec}_$part.txt" ) &
-      done; wait $(jobs -p | tail -n "${PARTS:-4}")
+        checking+=($!)
+      done
+    fi
+    [ ${#checking[@]} -gt 0 ] && wait "${checking[@]}"; checking=()
+    if [ "${CHECK:-1}" = 1 ]; then
       python3 benchmarks/merge_checks.py "$f/check_${rec}_h200.json" "$f"/check_${rec}_[0-9]*.json \
         --command "REC=$rec bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py ${piece[*]} --parts ${PARTS:-4} --out /tmp/part_$rec, then per part N: python3 -m autotune.cli check --config @/tmp/part_${rec}_N.json --arch sm_90 --seed 160+N --jobs 2"
       tail -q -n 3 "$f"/check_${rec}_[0-9]*.txt; echo "checked $rec at $(( $(date +%s) - t0 )) s"
@@ -725,6 +743,10 @@ record16)
     echo "sweep $rec rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-220 "$f/sweep_$rec.txt"
     wait  # the next family's compile
   done
+  if [ -n "${ALSO_CHECK:-}" ]; then
+    python3 benchmarks/merge_checks.py "$f/check_also_h200.json" "$f"/check_also_[0-9]*.json \
+      --command "ALSO_CHECK='$ALSO_CHECK' bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py $ALSO_CHECK --parts 4 --out /tmp/part_also, then per part N: python3 -m autotune.cli check --config @/tmp/part_also_N.json --arch sm_90 --seed 170+N --jobs 2"
+  fi
   tar czf "$OUT/record16.tgz" -C /tmp record16
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
