@@ -315,13 +315,16 @@ def _record_row(r: BestRecord) -> list[Any]:
 def _timed_kernel(r: BestRecord, timed_key: str | None) -> str:
     """Whether the stored timing (of the build `timed_key`, TuningStore.timed_build_keys) is of
     the kernel a dispatch builds today: "current", "older" (the kernel sources, toolchain or
-    flags changed since: re-tune with --skip-tuned), "recorded" (a replayed recording), or "?"
-    (imported rows carry no build; no toolchain here to tell)."""
+    flags changed since: re-tune with --skip-tuned), "recorded" (a replayed recording), "torch"
+    (an SDPA backend: nothing of ours was built), or "?" (imported rows carry no build; no
+    toolchain here to tell)."""
     from ..build.compiler import build_key
     from ..build.toolchain import ToolchainError
     from ..model.target import target_for_arch
     from ..tune.backends import REPLAY_KEY_PREFIX
 
+    if r.config.family == SDPA_FAMILY:
+        return "torch"
     if not timed_key:
         return "?"
     if timed_key.startswith(REPLAY_KEY_PREFIX):
