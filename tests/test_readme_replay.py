@@ -1,27 +1,50 @@
 """The README's replayed examples are what the commands print: every ```text block after a
-REPLAY_MARK comment is run here, command by command (on the replay backend, no GPU), and its
+replay-example comment is run here, command by command (on the replay backend, no GPU), and its
 output compared with the README's, line for line. A change of output, table layout or
-recording that the README does not follow fails here."""
+recording that the README does not follow fails here. `<!-- replay-example: NAME -->` first
+puts SETUPS[NAME] into the default database (the state an earlier GPU step would leave)."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from autotune.cli.main import main
+from autotune.model import Problem
+from autotune.store.records import DeviceInfo
+from autotune.store.repo import TuningStore
 
 REPO = Path(__file__).resolve().parents[1]
-REPLAY_MARK = "<!-- replay-example -->"
-BLOCK = re.compile(re.escape(REPLAY_MARK) + r"\s*```text\n(.*?)```", re.S)
+BLOCK = re.compile(r"<!-- replay-example(?:: ([\w-]+))? -->\s*```text\n(.*?)```", re.S)
+
+
+def demo_misses(url: str) -> None:
+    """The misses `cute-autotune demo` recorded on the H200 in the README's `misses` example."""
+    h200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+    seen = datetime(2026, 12, 1, 5, 24, 37, tzinfo=UTC)
+    TuningStore(url).add_misses([
+        (h200, Problem(2, 32, 8, 4096, 4096, 128, "bf16", True), "nearest", 1840, seen, seen),
+        (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "sdpa", 912, seen, seen),
+        (h200, Problem(16, 16, 16, 512, 512, 64, "fp16"), "heuristic", 311, seen, seen),
+        (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "nearest", 40, seen, seen)])
+
+
+SETUPS: dict[str, Callable[[str], None]] = {"demo-misses": demo_misses}
+
+
+def setups() -> list[str]:
+    return [name for name, _ in BLOCK.findall((REPO / "README.md").read_text())]
 
 
 def examples() -> list[list[tuple[str, str]]]:
     """Each marked block as (command, expected output) pairs, in order."""
     blocks = []
-    for text in BLOCK.findall((REPO / "README.md").read_text()):
+    for _, text in BLOCK.findall((REPO / "README.md").read_text()):
         pairs: list[tuple[str, list[str]]] = []
         continuing = False
         for line in text.splitlines():
@@ -52,7 +75,11 @@ def test_a_replayed_readme_example_prints_what_the_readme_shows(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("COLUMNS", "100")  # the README's tables are printed at 100 columns
-    monkeypatch.setenv("CUTE_AUTOTUNE_DB", f"sqlite:///{tmp_path}/default.db")
+    default_db = f"sqlite:///{tmp_path}/demo/tuning.db"
+    monkeypatch.setenv("CUTE_AUTOTUNE_DB", default_db)
+    if setups()[block]:
+        (tmp_path / "demo").mkdir()
+        SETUPS[setups()[block]](default_db)
     for command, expected in examples()[block]:
         argv = shlex.split(command.replace("/tmp/", f"{tmp_path}/"))
         assert argv[0] == "cute-autotune"
