@@ -524,9 +524,10 @@ def cmd_report(args: argparse.Namespace) -> int:
               _fmt(r.sdpa_default_us, ".1f", " us"), _fmt(r.regret, ".3f", "x")]
              for r in group]))
         print(f"\n{summarize(group).describe()}\n")
-    print("regret: the dispatched config's latest time over the fastest time measured on the "
-          "problem (any config, torch SDPA's included); (same): the fastest is the dispatched "
-          "config itself (above 1.000x: an earlier timing of it)")
+    print(textwrap.fill("regret: the dispatched config's latest time over the fastest time "
+                        "measured on the problem (any config, torch SDPA's included); (same): "
+                        "the fastest is the dispatched config itself (above 1.000x: an earlier "
+                        "timing of it)", output_width()))
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_dict() for r in rows], indent=1))
     if args.plot and not plot_regret(rows, Path(args.plot)):
