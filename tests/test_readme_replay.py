@@ -34,7 +34,13 @@ def demo_misses(url: str) -> None:
         (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "nearest", 40, seen, seen)])
 
 
-SETUPS: dict[str, Callable[[str], None]] = {"demo-misses": demo_misses}
+def shipped_results(url: str) -> None:
+    """db/h200.json imported, as `cute-autotune import db/h200.json` does."""
+    assert main(["import", str(REPO / "db" / "h200.json"), "--db", url]) == 0
+
+
+SETUPS: dict[str, Callable[[str], None]] = {"demo-misses": demo_misses,
+                                            "shipped-results": shipped_results}
 
 
 def setups() -> list[str]:
@@ -80,6 +86,7 @@ def test_a_replayed_readme_example_prints_what_the_readme_shows(
     if setups()[block]:
         (tmp_path / "demo").mkdir()
         SETUPS[setups()[block]](default_db)
+        capsys.readouterr()
     for command, expected in examples()[block]:
         argv = shlex.split(command.replace("/tmp/", f"{tmp_path}/"))
         assert argv[0] == "cute-autotune"
