@@ -716,8 +716,10 @@ record16)
       checking+=($!)
     done
   fi
-  set -- ${REC:?REC=decode, sm90 or sm80, or several}
-  compile_piece "$1" 0; tail -n 1 "$f/compile_$1.txt"; echo "compiled $1 at $(( $(date +%s) - t0 )) s"
+  set -- ${REC:-}  # none: ALSO_CHECK alone
+  if [ $# -gt 0 ]; then
+    compile_piece "$1" 0; tail -n 1 "$f/compile_$1.txt"; echo "compiled $1 at $(( $(date +%s) - t0 )) s"
+  fi
   while [ $# -gt 0 ]; do
     rec=$1; shift; piece_of "$rec"
     [ $# -gt 0 ] && { compile_piece "$1" 10 & }
@@ -744,6 +746,8 @@ record16)
     wait  # the next family's compile
   done
   if [ -n "${ALSO_CHECK:-}" ]; then
+    [ ${#checking[@]} -gt 0 ] && wait "${checking[@]}"
+    tail -q -n 3 "$f"/check_also_[0-9]*.txt; echo "checked at $(( $(date +%s) - t0 )) s"
     python3 benchmarks/merge_checks.py "$f/check_also_h200.json" "$f"/check_also_[0-9]*.json \
       --command "ALSO_CHECK='$ALSO_CHECK' bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py $ALSO_CHECK --parts 4 --out /tmp/part_also, then per part N: python3 -m autotune.cli check --config @/tmp/part_also_N.json --arch sm_90 --seed 170+N --jobs 2"
   fi
