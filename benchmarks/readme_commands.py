@@ -43,7 +43,8 @@ def readme_commands(text: str) -> list[str]:
 # Why a command that did not succeed here did not: each is the README's own precondition.
 EXPECTED = {"needs a GPU": ("needs a CUDA GPU", "none is visible here"),
             "needs an earlier step's file": ("no tuning database", "cannot read",
-                                             "No such file")}
+                                             "No such file"),
+            "refused, as the README shows": ("is not recorded in the replayed recordings",)}
 
 
 def verdict(rc: int, output: str) -> str:
