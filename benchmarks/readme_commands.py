@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ def readme_commands(text: str) -> list[str]:
             line = line.removeprefix("$ ") if not pending else line
             if pending or re.match(r"cute-autotune [a-z]", line):
                 pending += " " + line.strip().rstrip("\\")
-                if not line.endswith("\\") and pending.count("'") % 2 == 0:
+                if not line.endswith("\\") and pending.split("  #")[0].count("'") % 2 == 0:
                     command = pending.split("  #")[0].strip()
                     if " [" not in command:
                         commands.append(command)
@@ -69,14 +70,17 @@ def main() -> int:
     failures = 0
     for command in readme_commands((REPO / "README.md").read_text()):
         start = time.monotonic()
+        # its own process group: a command stopped at the time limit takes its children along
+        proc = subprocess.Popen(command.replace("/tmp/", f"{scratch}/"), shell=True, cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
         try:
-            done = subprocess.run(command.replace("/tmp/", f"{scratch}/"), shell=True,
-                                  cwd=REPO, env=env, capture_output=True, text=True,
-                                  timeout=args.timeout)
-            rc, output = done.returncode, (done.stdout + done.stderr)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            rc, output = -1, out + f"\n(stopped after {args.timeout:.0f} s)"
+            output, _ = proc.communicate(timeout=args.timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            rc, output = -1, output + f"\n(stopped after {args.timeout:.0f} s)"
         output = output.replace(f"{scratch}/", "/tmp/").strip()
         why = verdict(rc, output)
         failures += why == "FAILED"
