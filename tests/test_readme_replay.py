@@ -43,14 +43,11 @@ SETUPS: dict[str, Callable[[str], None]] = {"demo-misses": demo_misses,
                                             "shipped-results": shipped_results}
 
 
-def setups() -> list[str]:
-    return [name for name, _ in BLOCK.findall((REPO / "README.md").read_text())]
-
-
-def examples() -> list[list[tuple[str, str]]]:
-    """Each marked block as (command, expected output) pairs, in order."""
+def examples() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each marked block: its setup's name ("" for none) and its (command, expected output)
+    pairs, in order."""
     blocks = []
-    for _, text in BLOCK.findall((REPO / "README.md").read_text()):
+    for setup, text in BLOCK.findall((REPO / "README.md").read_text()):
         pairs: list[tuple[str, list[str]]] = []
         continuing = False
         for line in text.splitlines():
@@ -63,12 +60,12 @@ def examples() -> list[list[tuple[str, str]]]:
                 continuing = line.endswith("\\")
             else:
                 pairs[-1][1].append(line)
-        blocks.append([(cmd, "\n".join(out).strip()) for cmd, out in pairs])
+        blocks.append((setup, [(cmd, "\n".join(out).strip()) for cmd, out in pairs]))
     return blocks
 
 
 def test_the_readme_has_replayed_examples_of_every_family() -> None:
-    commands = " ".join(cmd for block in examples() for cmd, _ in block)
+    commands = " ".join(cmd for _, pairs in examples() for cmd, _ in pairs)
     for recording in ("sweep_sm80_llm_prefill_h200.json.gz", "sweep_sm90_h200.json.gz",
                       "sweep_decode_h200.json.gz"):
         assert f"tests/data/{recording}" in commands
@@ -83,11 +80,12 @@ def test_a_replayed_readme_example_prints_what_the_readme_shows(
     monkeypatch.setenv("COLUMNS", "100")  # the README's tables are printed at 100 columns
     default_db = f"sqlite:///{tmp_path}/demo/tuning.db"
     monkeypatch.setenv("CUTE_AUTOTUNE_DB", default_db)
-    if setups()[block]:
+    setup, pairs = examples()[block]
+    if setup:
         (tmp_path / "demo").mkdir()
-        SETUPS[setups()[block]](default_db)
+        SETUPS[setup](default_db)
         capsys.readouterr()
-    for command, expected in examples()[block]:
+    for command, expected in pairs:
         argv = shlex.split(command.replace("/tmp/", f"{tmp_path}/"))
         assert argv[0] == "cute-autotune"
         main(argv[1:])

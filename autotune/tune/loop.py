@@ -218,9 +218,10 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                 if on_progress:
                     on_progress(progress)
 
+    measured, optuna_trials = study.trial_counts()
     return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
-                        progress.failed, progress.pruned, progress.reused, study.counted(),
-                        progress.repeated, study.optuna_trials())
+                        progress.failed, progress.pruned, progress.reused, measured,
+                        progress.repeated, optuna_trials)
 
 
 @contextmanager

@@ -218,13 +218,11 @@ class Study:
                     ranked[digest] = (t.value, Config.from_json(raw))
         return [config for _, config in sorted(ranked.values(), key=lambda vc: vc[0])]
 
-    def counted(self) -> int:
-        """Trials of the study that evaluated a config (see NOT_COUNTED)."""
-        return counted(self._study.get_trials(deepcopy=False))
-
-    def optuna_trials(self) -> int:
-        """Every trial of the study, as Optuna (and optuna-dashboard) counts them."""
-        return len(self._study.get_trials(deepcopy=False))
+    def trial_counts(self) -> tuple[int, int]:
+        """Trials of the study that evaluated a config (see NOT_COUNTED), and every trial as
+        Optuna (and optuna-dashboard) counts them; one read of the study."""
+        trials = self._study.get_trials(deepcopy=False)
+        return counted(trials), len(trials)
 
 
 def counted(trials: Sequence[Any]) -> int:
