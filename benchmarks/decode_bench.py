@@ -15,7 +15,9 @@ mask), each with its own searched config as the tuner would store it for that ca
 paged rows also time the contiguous winner's config on the paged cache.
 
 The search here is the family's own best kernel on each problem (the issue's measure); what
-dispatch runs is the tuned database's choice (`cute-autotune bench`).
+dispatch runs is the tuned database's choice (`cute-autotune bench`). On an sm_90 GPU the
+contiguous rows search the decode90 family (the same design on wgmma + TMA) beside the decode
+family (`--families` picks), and each row names the family of its winner.
 """
 
 from __future__ import annotations
@@ -60,9 +62,36 @@ CANDIDATES = [(32, 64, 4, 3, True), (16, 64, 4, 3, True), (16, 32, 2, 3, True),
               (16, 32, 2, 3, False)]
 
 
-def configs_for(problem: Problem, wide: bool) -> list[Config]:
-    """The configs searched for `problem` (split count 1; the splits are searched apart):
-    CANDIDATES, or with `wide` every valid config of 16 rows (32 too when the problem packs
+# (block_m, block_n, consumer_wgs, kv_stages, overlap) of decode90: one or two warpgroup tiles
+# of packed rows, the deepest rings that fit shared memory.
+CANDIDATES_90 = [(128, 128, 2, 3, True), (128, 128, 2, 2, True), (128, 64, 2, 4, True),
+                 (128, 128, 2, 3, False), (64, 128, 1, 3, True), (64, 128, 1, 4, True),
+                 (64, 64, 1, 4, True), (64, 128, 1, 3, False)]
+FAMILIES = ["decode", "decode90"]  # --families
+
+
+def configs_for(problem: Problem, wide: bool, kv_cache: str = "dense") -> list[Config]:
+    """The configs searched for `problem` (split count 1; the splits are searched apart): the
+    decode family's, and decode90's on full contiguous caches of an sm_90 GPU."""
+    configs = configs_for_decode(problem, wide) if "decode" in FAMILIES else []
+    if "decode90" in FAMILIES and kv_cache == "dense" and _target().cc == 90:
+        configs += configs_for_decode90(problem)
+    return configs
+
+
+def configs_for_decode90(problem: Problem) -> list[Config]:
+    """CANDIDATES_90 that the problem's packed rows fill: 128-row tiles from 96 rows on."""
+    from autotune.model import load_space
+
+    rows = problem.seqlen_q * problem.group_size
+    fixed = {**problem.space_values(), "num_splits": 1}
+    return [c for c in load_space("decode90").valid_configs(_target(), fixed)
+            if (c["block_m"], c["block_n"], c["consumer_wgs"], c["kv_stages"], c["overlap"])
+            in CANDIDATES_90 and (c["block_m"] == 64 or rows >= 96)]
+
+
+def configs_for_decode(problem: Problem, wide: bool) -> list[Config]:
+    """CANDIDATES, or with `wide` every valid config of 16 rows (32 too when the problem packs
     that many) with block_n <= 128, GQA packing on unless the problem is MHA."""
     from autotune.model import load_space
 
@@ -155,8 +184,12 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
                 config_json, int(best_splits), rel, search[best].median_us, search_top=top,
                 candidates=len(search))]
     if with_pages:
-        kernel = decode_kernel(Config.from_json(config_json), head_dim=d, dtype=problem.dtype,
-                               causal=problem.causal, device=0)
+        # The contiguous winner of the family that reads pages (decode90 reads full caches only).
+        paged_family_best = min((n for n in search if json.loads(n)["family"] == "decode"),
+                                key=lambda n: search[n].median_us)
+        best_splits = json.loads(paged_family_best)["num_splits"]
+        kernel = decode_kernel(Config.from_json(paged_family_best), head_dim=d,
+                               dtype=problem.dtype, causal=problem.causal, device=0)
         for page_size in (16, 64):
             (k_p, v_p), table = paged((k, v), page_size, page_size)
 
@@ -167,7 +200,8 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
 
             # The paged cache's own best config (a paged problem is tuned apart), and the
             # contiguous winner's config on it (what the loader's paging costs that tile).
-            paged_best, paged_search, paged_calls = search_configs(problem, paged_call)
+            paged_best, paged_search, paged_calls = search_configs(problem, paged_call,
+                                                                   f"paged{page_size}")
             own = paged_calls[paged_best]
             same_config = paged_call(kernel, int(best_splits))
             diff = float((own().float() - got).abs().max())
@@ -184,7 +218,8 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     return rows
 
 
-def search_configs(problem: Problem, make_call: Callable[[Any, int], Callable[[], Any]]
+def search_configs(problem: Problem, make_call: Callable[[Any, int], Callable[[], Any]],
+                   kv_cache: str = "dense"
                    ) -> tuple[str, dict[str, Any], dict[str, Callable[[], Any]]]:
     """The fastest of the candidate configs x split counts on `problem` (`make_call(kernel,
     splits)` gives a call), by short flushed-alternating rounds: the winner's config JSON, every
@@ -194,11 +229,11 @@ def search_configs(problem: Problem, make_call: Callable[[Any, int], Callable[[]
     candidates: dict[str, Callable[[], Any]] = {}
     wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    for config in configs_for(problem, wide):
+    for config in configs_for(problem, wide, kv_cache):
         tiles = math.ceil(lk / int(config["block_n"]))
-        packed_rows = lq * (problem.group_size if config["pack_gqa"] else 1)
-        ctas = math.ceil(packed_rows / int(config["block_m"])) * b * (
-            hkv if config["pack_gqa"] else hq)
+        packs = config.family == "decode90" or bool(config["pack_gqa"])
+        packed_rows = lq * (problem.group_size if packs else 1)
+        ctas = math.ceil(packed_rows / int(config["block_m"])) * b * (hkv if packs else hq)
         kernel = decode_kernel(config, head_dim=d, dtype=problem.dtype, causal=problem.causal,
                                device=0)
         for splits in SPLITS:
@@ -223,7 +258,8 @@ def seqlens_row(problem: Problem, blhd: tuple[torch.Tensor, ...],
     q, k, v = blhd
     best, search, calls = search_configs(
         problem, lambda kernel, splits: partial(_first, kernel.with_kvcache, q, k, v,
-                                                cache_seqlens=lengths, num_splits=splits))
+                                                cache_seqlens=lengths, num_splits=splits),
+        "seqlens")
     call = calls[best]
     got, want = call().float(), sdpa().transpose(1, 2).float()
     rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
@@ -271,7 +307,8 @@ def row(problem: Problem, kind: str, ours_us: float, sdpa_us: float, copy_bw: fl
             "ours_tb_s": round(problem.bytes / ours_us / 1e6, 3),
             "sdpa_tb_s": round(problem.bytes / sdpa_us / 1e6, 3),
             "copy_tb_s": round(copy_bw, 3), "speedup": round(sdpa_us / ours_us, 3),
-            "roofline_fraction": round(roofline_us / ours_us, 3), "config": json.loads(config),
+            "roofline_fraction": round(roofline_us / ours_us, 3),
+            "family": json.loads(config)["family"], "config": json.loads(config),
             "num_splits": splits, "rel_err_vs_sdpa": rel, "search_us": search_us, **extra}
 
 
@@ -284,19 +321,24 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="first N problems only")
     parser.add_argument("--wide", action="store_true",
                         help="search every 16-row config (block_n <= 128) at D=128 bf16")
+    parser.add_argument("--families", default=",".join(FAMILIES),
+                        help="the families searched, comma-separated (default: both)")
+    parser.add_argument("--min-lq", type=int, default=1,
+                        help="only problems with at least this many query tokens")
     args = parser.parse_args()
     global WIDE
     WIDE = args.wide
+    FAMILIES[:] = args.families.split(",")
     problems = load_shape_set(args.shapes)
-    problems = (problems[:args.limit] if args.limit else problems) + (
-        EXTRA if args.extra else [])
+    problems = [p for p in (problems[:args.limit] if args.limit else problems)
+                if p.seqlen_q >= args.min_lq]
+    extra = [p for p in EXTRA if p.seqlen_q >= args.min_lq] if args.extra else []
     copy_bw = copy_tb_per_s()
     print(f"device copy: {copy_bw:.2f} TB/s (read + write)", flush=True)
     rows: list[dict[str, Any]] = []
     t0 = time.time()
-    todo = ([(p, False) for p in problems[:len(problems) - len(EXTRA if args.extra else [])]]
-            + ([(p, True) for p in PAGED] if args.paged else [])
-            + [(p, False) for p in (EXTRA if args.extra else [])])
+    todo = ([(p, False) for p in problems] + ([(p, True) for p in PAGED] if args.paged else [])
+            + [(p, False) for p in extra])
     for problem, with_pages in todo:
         for r in run_problem(problem, copy_bw, with_pages):
             if with_pages and r["cache"] == "contiguous":
@@ -304,7 +346,7 @@ def main() -> int:
             rows.append(r)
             print(f"{r['shape']:<40} {r['cache']:<10} ours {r['ours_tb_s']:6.2f} TB/s  "
                   f"SDPA {r['sdpa_tb_s']:6.2f}  x{r['speedup']:5.2f}  roof "
-                  f"{r['roofline_fraction']:.2f}  splits {r['num_splits']:3d}  "
+                  f"{r['roofline_fraction']:.2f}  {r['family']:<8} splits {r['num_splits']:3d}  "
                   f"rel {r['rel_err_vs_sdpa']:.1e}  [{time.time() - t0:.0f} s]", flush=True)
         torch.cuda.empty_cache()
         summary = write(args.json, rows, copy_bw)  # after every problem: a timeout keeps them

@@ -77,6 +77,11 @@
 #   REC="sm90 sm80" bash benchmarks/h200_evidence.sh record16  # --replay recordings (issue
 #                                              # 16), one per family in REC (decode, sm90,
 #                                              # sm80): every build through check, the sweep
+#   bash benchmarks/h200_evidence.sh decode90  # the decode90 family (issue 15): its GPU tests
+#                                              # and the decode family's, every build through
+#                                              # check beside racecheck + synccheck on its
+#                                              # structural variants, then the decode bench of
+#                                              # the Lq >= 4 problems, both families searched
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -677,6 +682,46 @@ final13)
   echo "tests at $(( $(date +%s) - t0 )) s"; tail -n 1 "$OUT/pytest_gpu_sdpa_dispatch.txt"
   timeout $(left 590) python3 -m autotune.cli report --db "$db" --json "$OUT/report_h200.json" \
     > "$OUT/report_h200.txt" 2>&1; tail -n 5 "$OUT/report_h200.txt"
+  ;;
+decode90)
+  # The decode90 family (issue 15), one call: what no carried pack holds compiled on all cores;
+  # its GPU tests and the decode family's; then every decode90 build through `check` (PARTS
+  # processes, each build at one of the split counts in turn) beside racecheck + synccheck on
+  # its structural variants; then, alone on the GPU, the decode bench of the problems with
+  # Lq >= MIN_LQ (both families searched; --extra's too).
+  f=$OUT/decode90; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  python3 -m autotune.cli compile --family decode90 --arch sm_90 --jobs 16 --quiet \
+    > "$f/compile.txt" 2>&1; tail -n 1 "$f/compile.txt"
+  [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
+    --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
+  echo "compiled at $(( $(date +%s) - t0 )) s"
+  timeout "${TESTS_S:-200}" python3 -m pytest tests/gpu/test_decode90_gpu.py tests/gpu/test_decode_gpu.py \
+    tests/gpu/test_decode_dispatch_gpu.py -q -rfE > "$f/pytest_decode_gpu.txt" 2>&1
+  echo "pytest rc $? at $(( $(date +%s) - t0 )) s"; tail -n 4 "$f/pytest_decode_gpu.txt"
+  checking=()
+  for d in 64 128; do
+    python3 benchmarks/check_parts.py --family decode90 --head-dim $d --causal both \
+      --splits 1 2 4 16 --parts "${PARTS:-2}" --out /tmp/part90_$d
+    for part in $(seq 0 $(( ${PARTS:-2} - 1 ))); do
+      ( timeout "${CHECK_S:-200}" python3 -m autotune.cli check --config @/tmp/part90_${d}_$part.json \
+          --arch sm_90 --seed $(( 190 + part )) --jobs 2 --json "$f/check_d${d}_$part.json" \
+          --quiet > "$f/check_d${d}_$part.txt" 2>&1
+        echo "rc=$? at $(( $(date +%s) - t0 )) s" >> "$f/check_d${d}_$part.txt" ) &
+      checking+=($!)
+    done
+  done
+  sanitize_variants benchmarks/configs/decode90_structural_variants.json \
+    "$f/decode90_sanitizers_h200.txt" 6 "${SAN_S:-150}"
+  wait "${checking[@]}"
+  python3 benchmarks/merge_checks.py "$f/check_decode90_h200.json" "$f"/check_d*_[0-9]*.json \
+    --command "bash benchmarks/h200_evidence.sh decode90: per head dim D in 64 128, python3 benchmarks/check_parts.py --family decode90 --head-dim D --causal both --splits 1 2 4 16 --parts ${PARTS:-2} --out /tmp/part90_D, then per part N: python3 -m autotune.cli check --config @/tmp/part90_D_N.json --arch sm_90 --seed 190+N --jobs 2"
+  tail -q -n 2 "$f"/check_d*_[0-9]*.txt; echo "check + sanitizers at $(( $(date +%s) - t0 )) s"
+  grep -E "SUMMARY|Error" "$f/decode90_sanitizers_h200.txt" | sort | uniq -c
+  timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
+    --json "$f/decode_bench_lq4plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
+    > "$f/decode_bench_lq4plus_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  tail -n 30 "$f/decode_bench_lq4plus_h200.txt" | cut -c1-160
+  tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
   ;;
 record16)
   # Issue 16 item 3: the recordings `--replay` serves, one per family in REC (decode, sm90,

@@ -134,14 +134,15 @@ _SOURCE_SUFFIXES = {".h", ".hpp", ".cuh", ".cu"}
 
 
 @cache
-def kernel_source_hash(family_dir: str) -> str:
+def kernel_source_hash(family_dir: str, *included_dirs: str) -> str:
     """SHA-256 over the device sources a family's cubins are built from: the shared headers at
-    the top of kernel_src/, the collectives every family includes (kernel_src/common/) and the
-    family's own directory (path and bytes, stable order). The launcher's sources are not part
-    of it: rebuilding the launcher keeps every cubin."""
+    the top of kernel_src/, the collectives every family includes (kernel_src/common/), the
+    family's own directory and the other families' directories it includes (path and bytes,
+    stable order). The launcher's sources are not part of it: rebuilding the launcher keeps
+    every cubin."""
     root = kernel_src_dir()
     files = [p for p in root.glob("*") if p.is_file()]
-    for folder in ("common", family_dir):
+    for folder in dict.fromkeys(("common", family_dir, *included_dirs)):
         files += [p for p in (root / folder).rglob("*") if p.is_file()]
     digest = hashlib.sha256()
     for path in sorted(f for f in files if f.suffix in _SOURCE_SUFFIXES):
@@ -154,7 +155,7 @@ def family_source_hash(space: Space) -> str:
     """Hash of the device sources `space`'s kernels are built from ("" for torch's family)."""
     if not space.compiled:
         return ""
-    return kernel_source_hash(Path(space.header).parts[0])
+    return kernel_source_hash(Path(space.header).parts[0], *space.sources)
 
 
 @cache

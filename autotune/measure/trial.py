@@ -15,6 +15,7 @@ from functools import partial
 from ..build.compiler import BuildResult
 from ..launch.kernel import CompiledKernel
 from ..model.problem import Problem
+from ..model.space import load_space
 from ..model.status import Status
 from .inputs import kernel_candidate, problem_inputs, reference_output, sdpa_candidate, timed_env
 from .records import TrialResult
@@ -53,7 +54,7 @@ def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> Va
     if not kernel.split_kv:
         return report
     kv = validate_kvcache(kernel, **values, device=torch.device("cuda", device),  # type: ignore[arg-type]
-                          seed=report.seed)
+                          seed=report.seed, reads_caches=load_space(config.family).kv_caches)
     return ValidationReport(report.passed and all(c.passed for c in kv), report.seed,
                             report.cases + kv)
 

@@ -30,6 +30,9 @@ KV_CASES: tuple[tuple[str, KVCase, int], ...] = (
      KVCase.make(2, 32, 8, 8, 1024, (1000, 64), page_size=64, layout="bhld"), 4),
     ("mha_bhld_lq16", KVCase.make(3, 4, 4, 16, 300, (300, 17, 2), layout="bhld"), 2),
     ("gqa5_rows_not_a_tile_multiple", KVCase.make(2, 10, 2, 3, 640, None), 0),
+    # Full caches: 128 packed rows of GQA 8 at Lq=16 (one wgmma tile pair), and MQA's 96 rows.
+    ("gqa8_lq16_bhld_full_cache", KVCase.make(2, 16, 2, 16, 1000, None, layout="bhld"), 4),
+    ("mqa32_lq3_full_cache", KVCase.make(1, 32, 1, 3, 333, None), 2),
 )
 
 
@@ -77,9 +80,13 @@ def check_kv_case(kernel: CompiledKernel, name: str, case: KVCase, splits: int, 
 
 
 def validate_kvcache(kernel: CompiledKernel, *, head_dim: int, dtype: str, causal: bool,
-                     device: torch.device, seed: int) -> tuple[CaseResult, ...]:
-    """The KV-cache cases on a split-KV kernel of the problem class (head_dim, dtype, causal)."""
+                     device: torch.device, seed: int, reads_caches: bool = True
+                     ) -> tuple[CaseResult, ...]:
+    """The KV-cache cases on a split-KV kernel of the problem class (head_dim, dtype, causal);
+    without `reads_caches` (a family that reads contiguous full caches only, decode90) only the
+    cases whose cache is full and contiguous."""
     return tuple(
         check_kv_case(kernel, name, case.of_class(head_dim, dtype, causal), splits, seed + i,
                       device)
-        for i, (name, case, splits) in enumerate(KV_CASES))
+        for i, (name, case, splits) in enumerate(KV_CASES)
+        if reads_caches or (case.lengths is None and case.page_size == 0))

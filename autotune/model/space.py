@@ -128,6 +128,9 @@ class Space:
             # Whether its kernels read KV caches (per-sequence lengths, pages): only such a
             # family can run a problem whose kv_cache is not "dense".
             self.kv_caches: bool = bool(data.get("kv_caches", False))
+            # Other families' folders of kernel_src/ whose headers this family's kernels
+            # include: part of its build key, so a change there rebuilds its cubins.
+            self.sources: tuple[str, ...] = tuple(str(s) for s in data.get("sources", ()))
             compiled = self.kind == CUDA
             self.gencode: str = data["gencode"] if compiled else ""
             self.header: str = data["header"] if compiled else ""
@@ -161,6 +164,10 @@ class Space:
                                   or len(header.parts) < 2):
             raise ValueError(f"{source}: header {self.header!r} is not a path inside a family's "
                              "folder of kernel_src/")
+        for folder in self.sources:
+            if Path(folder).name != folder or folder in ("", ".", ".."):
+                raise ValueError(f"{source}: sources entry {folder!r} is not a folder name of "
+                                 "kernel_src/")
         self.params: dict[str, Param] = {p.name: p for p in params}
         for p in params:
             if p.role not in (PROBLEM, TUNABLE, LAUNCH):

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     import torch
 
 FAMILY = "decode"
+# The families whose kernels split the keys and take a KV cache's layout (decode90: full
+# contiguous caches only).
+SPLIT_KV_FAMILIES = ("decode", "decode90")
 MAX_SPLITS = 128
 
 _kernels: dict[tuple[str, int], CompiledKernel] = {}
@@ -163,8 +166,12 @@ def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv
 def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: bool,
                   device: int) -> CompiledKernel:
     """The loaded decode kernel of `config` (or the family's default for the problem): from
-    the cubin cache or the kernel pack, else compiled on first use."""
-    space = load_space(FAMILY)
+    the cubin cache or the kernel pack, else compiled on first use. `config` may also be one of
+    decode90 (which reads full contiguous caches only)."""
+    if config is not None and config.family not in SPLIT_KV_FAMILIES:
+        raise InputError(f"config {config.to_json()} is not of a decode family "
+                         f"({', '.join(SPLIT_KV_FAMILIES)})")
+    space = load_space(FAMILY if config is None else config.family)
     values: dict[str, int | str | bool] = {"head_dim": head_dim, "dtype": dtype,
                                            "causal": causal}
     if config is None:
@@ -172,7 +179,7 @@ def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: b
         if config is None:
             raise InputError(f"the decode family has no default for head_dim {head_dim}")
     config = space.validate(config)
-    if config.family != FAMILY or any(config[key] != value for key, value in values.items()):
+    if any(config[key] != value for key, value in values.items()):
         raise InputError(f"config {config.to_json()} does not fit this problem {values}")
     key = (config.digest, device)
     with _lock:

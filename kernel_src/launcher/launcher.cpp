@@ -195,33 +195,38 @@ struct Plan {
       throw std::invalid_argument("a block table needs a plan made with a page size, and back");
     }
     if (p.page_size_log2 < 0) p.page_size_log2 = 0;
-    if (p.num_splits > 1) {
-      if (p.o_partial == nullptr || p.lse_partial == nullptr) {
-        throw std::invalid_argument("num_splits > 1 needs the o_partial and lse_partial workspaces");
-      }
-      submit(function, grid, info.threads, info.smem_bytes, &p, stream);
-      const unsigned combine_grid[3] = {cute_autotune::combine_grid(p), 1, 1};
-      submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream,
-             overlap_combine);
-      return;
+    if (p.num_splits > 1 && (p.o_partial == nullptr || p.lse_partial == nullptr)) {
+      throw std::invalid_argument("num_splits > 1 needs the o_partial and lse_partial workspaces");
     }
     if (info.tma_box_cols == 0) {
       submit(function, grid, info.threads, info.smem_bytes, &p, stream);
-      return;
+    } else {
+      // TMA would read a padded cache's rows past a sequence's length, and pages are no
+      // tensor map: a kernel that takes maps reads contiguous caches only.
+      if (p.seqlens_k != nullptr || p.block_table != nullptr) {
+        throw std::invalid_argument("this kernel reads K and V through TMA: no per-sequence "
+                                    "lengths or block table (a decode-family kernel reads them)");
+      }
+      // The maps hold the base addresses, so they are encoded for every call (host only, a few
+      // microseconds; nothing is copied to the device). Stores through the O map clip rows
+      // past Lq.
+      cute_autotune::TmaFwdParams tma;
+      tma.tma_q = encode_tensor_map(p.q, p, info, p.seqlen_q, p.heads_q, p.q_row_stride,
+                                    p.q_head_stride, p.q_batch_stride, info.tma_box_rows_q);
+      tma.tma_k = encode_tensor_map(p.k, p, info, p.seqlen_k, p.heads_kv, p.k_row_stride,
+                                    p.k_head_stride, p.k_batch_stride, info.tma_box_rows_k);
+      tma.tma_v = encode_tensor_map(p.v, p, info, p.seqlen_k, p.heads_kv, p.v_row_stride,
+                                    p.v_head_stride, p.v_batch_stride, info.tma_box_rows_v);
+      tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
+                                    p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
+      tma.base = p;
+      submit(function, grid, info.threads, info.smem_bytes, &tma, stream);
     }
-    // The maps hold the base addresses, so they are encoded for every call (host only, a few
-    // microseconds; nothing is copied to the device). Stores through the O map clip rows past Lq.
-    cute_autotune::TmaFwdParams tma;
-    tma.tma_q = encode_tensor_map(p.q, p, info, p.seqlen_q, p.heads_q, p.q_row_stride,
-                                  p.q_head_stride, p.q_batch_stride, info.tma_box_rows_q);
-    tma.tma_k = encode_tensor_map(p.k, p, info, p.seqlen_k, p.heads_kv, p.k_row_stride,
-                                  p.k_head_stride, p.k_batch_stride, info.tma_box_rows_k);
-    tma.tma_v = encode_tensor_map(p.v, p, info, p.seqlen_k, p.heads_kv, p.v_row_stride,
-                                  p.v_head_stride, p.v_batch_stride, info.tma_box_rows_v);
-    tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
-                                  p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
-    tma.base = p;
-    submit(function, grid, info.threads, info.smem_bytes, &tma, stream);
+    if (p.num_splits > 1) {
+      const unsigned combine_grid[3] = {cute_autotune::combine_grid(p), 1, 1};
+      submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream,
+             overlap_combine);
+    }
   }
 
  private:
@@ -357,10 +362,11 @@ class Kernel {
       throw std::invalid_argument("num_splits must be 1, or up to 65535 for a kernel with "
                                   "split-KV; got " + std::to_string(num_splits));
     }
-    if (page_size != 0 && (info_.split_kv == 0 || page_size < 1 ||
+    if (page_size != 0 && (info_.split_kv == 0 || info_.tma_box_cols != 0 || page_size < 1 ||
                            (page_size & (page_size - 1)) != 0 || block_table_stride < 1)) {
-      throw std::invalid_argument("paged KV needs a decode kernel, a power-of-two page size and "
-                                  "a block table; got page_size " + std::to_string(page_size));
+      throw std::invalid_argument("paged KV needs a decode kernel without TMA, a power-of-two "
+                                  "page size and a block table; got page_size " +
+                                  std::to_string(page_size));
     }
     Plan plan;
     FwdParams& p = plan.params;

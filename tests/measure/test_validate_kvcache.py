@@ -64,3 +64,18 @@ def test_a_faulty_kernel_fails(fault: str, case: str, needle: str) -> None:
     result = check_kv_case(ReferenceKernel(False, fault), case, kv_case, splits, 1,
                            torch.device("cpu"))
     assert not result.passed and needle in result.reason, result
+
+
+def test_a_family_that_reads_full_caches_only_gets_the_full_cache_cases() -> None:
+    """decode90 reads contiguous full caches only (TMA): its KV cases have no lengths and no
+    pages, and every such case of the set is kept; the decode family gets them all."""
+    from autotune.measure.validate_kvcache import validate_kvcache
+
+    full = validate_kvcache(ReferenceKernel(False), head_dim=32, dtype="fp16", causal=False,
+                            device=torch.device("cpu"), seed=1, reads_caches=False)
+    wanted = [n for n, c, _ in KV_CASES if c.lengths is None and c.page_size == 0]
+    assert [r.case for r in full] == wanted and len(wanted) >= 3
+    assert all(r.passed for r in full)
+    every = validate_kvcache(ReferenceKernel(False), head_dim=32, dtype="fp16", causal=False,
+                             device=torch.device("cpu"), seed=1)
+    assert [r.case for r in every] == [n for n, _, _ in KV_CASES]

@@ -99,6 +99,10 @@ def test_derived_values_match_the_traits_formulas(space: Space) -> None:
 
 
 def test_space_file_errors_are_reported() -> None:
+    with pytest.raises(ValueError, match="not a folder name"):
+        Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
+               "traits": "T", "name": "n", "sources": ["../etc"],
+               "params": {"a": {"role": "tunable", "values": [1]}}})
     with pytest.raises(ValueError, match="uses unknown"):
         Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
                "traits": "T", "name": "n", "params": {"a": {"role": "tunable", "values": [1]}},
@@ -107,7 +111,7 @@ def test_space_file_errors_are_reported() -> None:
 
 @pytest.mark.parametrize("cc, expected", [(75, []), (80, ["decode", "sm80"]),
                                           (86, ["decode", "sm80"]),
-                                          (90, ["decode", "sm80", "sm90"]),
+                                          (90, ["decode", "decode90", "sm80", "sm90"]),
                                           (100, ["decode", "sm80"])])
 def test_families_a_target_supports_come_from_the_space_files(cc: int,
                                                                expected: list[str]) -> None:

@@ -1,0 +1,321 @@
+// The decode90 family: split-KV decode with GQA packing on Hopper (wgmma, TMA, warp-specialised).
+//
+// One CTA per (packed-row tile, split, KV head, batch), the decode family's grid (launch_info.h,
+// fwd_grid, pack_gqa and split_kv set): row r of a CTA is query (m0 + r) / group of query head
+// kv_head * group + (m0 + r) % group, so every K/V tile is read once for the whole group. A
+// split covers 1/num_splits of the key tiles; with num_splits > 1 it writes fp32 partial O and
+// LSE, which the decode family's combine entry reduces (the cubin's second entry).
+//
+// The CTA is the sm90 family's: warpgroup 0 produces (one thread issues the TMA loads of K and
+// V into a ring of kStages stages on mbarriers), 1-2 consumer warpgroups run S = Q K^T, the
+// online softmax and O += P V on wgmma, optionally overlapped (S of tile t beside P V of tile
+// t-1). What differs: Q's packed rows are gathered by the consumers with cp.async (they are no
+// box of a tensor map), the causal mask maps a row to its query, and O leaves from registers
+// to the packed rows' own addresses (or to the fp32 workspace of the split).
+//
+// Contiguous caches only (no per-sequence lengths or pages: TMA would read a cache's stale
+// rows, and V must never carry them into O); the launcher refuses KV-cache operands for a
+// kernel that takes TMA maps. Rows past Lk are zero-filled by TMA and masked.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+#include "../common/launch_info.h"
+#include "../common/layout.h"
+#include "../common/softmax.h"
+#include "../common/tma_params.h"
+#include "../decode/decode_kernel.cuh"
+#include "../sm90/mainloop.cuh"
+#include "traits.cuh"
+
+namespace cute_autotune::decode90 {
+
+using namespace cute;
+using cutlass::arch::ClusterBarrier;
+using cutlass::arch::ClusterTransactionBarrier;
+
+// What one CTA covers: its packed rows and its split's key tiles.
+struct SplitTile {
+  int group, m0, q_rows, kv_head, batch, split;
+  int diagonal;              // query i sees keys j <= i + diagonal (causal)
+  int mask_from;             // first key column some row of the tile may not see
+  int tile_begin, tile_end;  // this split's key tiles
+
+  __forceinline__ __device__ int query(int r) const { return (m0 + r) / group; }
+  __forceinline__ __device__ int head(int r) const { return kv_head * group + (m0 + r) % group; }
+};
+
+template <typename Traits>
+__forceinline__ __device__ SplitTile split_tile(FwdParams const& p) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  SplitTile w;
+  w.group = p.head_ratio;
+  const int rows_total = p.seqlen_q * w.group;
+  const int m_blocks = (rows_total + kBlockM - 1) / kBlockM;
+  w.split = int(blockIdx.x) / m_blocks;
+  w.m0 = (int(blockIdx.x) % m_blocks) * kBlockM;
+  w.q_rows = min(kBlockM, rows_total - w.m0);
+  w.kv_head = blockIdx.y;
+  w.batch = blockIdx.z;
+  w.diagonal = p.seqlen_k - p.seqlen_q;
+  int key_end = p.seqlen_k;
+  w.mask_from = p.seqlen_k;
+  if constexpr (Traits::kCausal) {
+    key_end = max(0, min(p.seqlen_k, w.query(w.q_rows - 1) + 1 + w.diagonal));
+    w.mask_from = max(0, min(p.seqlen_k, w.query(0) + 1 + w.diagonal));
+  }
+  const int n_tiles = (key_end + kBlockN - 1) / kBlockN;
+  const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
+  w.tile_begin = min(n_tiles, w.split * per_split);
+  w.tile_end = min(n_tiles, w.tile_begin + per_split);
+  return w;
+}
+
+// Producer: one thread issues the K and V tiles of the split, last tile first (the tiles that
+// need masking come first, as in every family), tile t into stage t % kStages.
+template <typename Traits>
+__forceinline__ __device__ void produce(TmaFwdParams const& params,
+                                        typename Traits::SharedStorage& smem, SplitTile const& w) {
+  cute::prefetch_tma_descriptor(&params.tma_k);
+  cute::prefetch_tma_descriptor(&params.tma_v);
+  auto load = [&](CUtensorMap const* map, uint64_t* full, uint64_t* empty,
+                  typename Traits::Element* ring, int n_block, int t) {
+    const int stage = t % Traits::kStages;
+    if (t >= Traits::kStages) {
+      ClusterBarrier::wait(&empty[stage], uint32_t(t / Traits::kStages - 1) & 1);
+    }
+    ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], Traits::kTileBytesKV);
+    CUTE_UNROLL
+    for (int b = 0; b < Traits::kTmaBoxes; ++b) {
+      SM90_TMA_LOAD_4D::copy(
+          map, &full[stage], 0,
+          ring + (stage * Traits::kTmaBoxes + b) * Traits::kBlockN * Traits::kTmaBoxCols,
+          b * Traits::kTmaBoxCols, n_block * Traits::kBlockN, w.kv_head, w.batch);
+    }
+  };
+  for (int t = 0; t < w.tile_end - w.tile_begin; ++t) {
+    const int n_block = w.tile_end - 1 - t;
+    load(&params.tma_k, smem.k_full, smem.k_empty, smem.k.data(), n_block, t);
+    load(&params.tma_v, smem.v_full, smem.v_empty, smem.v.data(), n_block, t);
+  }
+}
+
+// The consumer warpgroups: Q gathered, the split's key tiles, then O and LSE out.
+template <typename Traits>
+__forceinline__ __device__ void consume(TmaFwdParams const& params,
+                                        typename Traits::SharedStorage& smem, SplitTile const& w,
+                                        int tid) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kChunksPerRow = Traits::kChunksPerRow;
+  constexpr bool kOverlap = Traits::kIntraWGOverlap;
+  FwdParams const& p = params.base;
+  const bool elected = tid % 128 == 0;
+
+  // Q: the packed rows from their heads, rows past the problem zero-filled. cp.async writes
+  // through the generic proxy; wgmma reads through the async proxy, hence the fence.
+  {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutO{});
+    const Element* q = static_cast<const Element*>(p.q);
+    for (int c = tid; c < kBlockM * kChunksPerRow; c += Traits::kConsumerThreads) {
+      const int r = c / kChunksPerRow;
+      const int col = c % kChunksPerRow * 8;
+      const bool valid = r < w.q_rows;
+      const Element* src = valid ? q + w.batch * p.q_batch_stride + w.head(r) * p.q_head_stride +
+                                       w.query(r) * p.q_row_stride + col
+                                 : q;
+      decode::cp_async_16(&sQ(r, col), src, valid);
+    }
+    cp_async_fence();
+    cp_async_wait<0>();
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+  }
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  using AccO = decltype(partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using AccS = decltype(partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  constexpr int kRows = decltype(size<0>(accum_rowcol(AccO{}.layout())))::value;
+  // A split's keys can all lie past a causal row's diagonal: the causal form handles max -inf.
+  OnlineSoftmax<kRows, true, true> softmax;
+  softmax.reset();
+  AccO acc_o;
+  clear(acc_o);
+  AccS acc_s;
+  auto tOrP = make_tensor<Element>(sm90::gmma_accum_as_a(acc_s.layout()));
+  Tensor acc_s_as_a = make_tensor(acc_s.data(), sm90::gmma_accum_as_a(acc_s.layout()));
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+  auto thr_qk = mma_qk.get_thread_slice(tid);
+  auto thr_pv = mma_pv.get_thread_slice(tid);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA,MMA_M,MMA_K,BUFFER)
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA,MMA_N,MMA_K,STAGE)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGE)
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  const int n = w.tile_end - w.tile_begin;
+
+  auto issue_qk = [&](int t) {
+    ClusterTransactionBarrier::wait(&smem.k_full[t % kStages], uint32_t(t / kStages) & 1);
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_qk, tSrQ(_, _, k, 0), tSrK(_, _, k, t % kStages), acc_s);
+      mma_qk.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+  };
+  auto issue_pv = [&](int t) {
+    ClusterTransactionBarrier::wait(&smem.v_full[t % kStages], uint32_t(t / kStages) & 1);
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, t % kStages), acc_o);
+    }
+    warpgroup_commit_batch();
+  };
+  auto release = [&](uint64_t* empty, int t) {
+    if (elected) { ClusterBarrier::arrive(&empty[t % kStages]); }
+  };
+  auto retire_pv = [&](int t) {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    release(smem.v_empty, t);
+  };
+  auto convert_p = [&]() {
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrP); ++i) { tOrP(i) = Element(acc_s_as_a(i)); }
+  };
+  // Scores past Lk, or past a packed row's own diagonal, to -inf.
+  auto mask = [&](int t) {
+    const int n_block = w.tile_end - 1 - t;
+    if ((n_block + 1) * kBlockN > w.mask_from) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int col = n_block * kBlockN + get<1>(tScS(i));
+        const int limit = Traits::kCausal
+                              ? min(p.seqlen_k, w.query(get<0>(tScS(i))) + 1 + w.diagonal)
+                              : p.seqlen_k;
+        if (col >= limit) { acc_s(i) = -INFINITY; }
+      }
+    }
+  };
+  // S(t) and its softmax; with kPrevPV, P V(t-1) runs beside S(t) and is retired after.
+  auto scores_softmax = [&](int t, auto prev_pv) {
+    constexpr bool kPrevPV = decltype(prev_pv)::value;
+    issue_qk(t);
+    if constexpr (kPrevPV) { issue_pv(t - 1); }
+    warpgroup_wait<kPrevPV ? 1 : 0>();
+    release(smem.k_empty, t);
+    warpgroup_fence_operand(acc_s);
+    mask(t);
+    softmax.update(acc_s, p.scale_log2);
+    if constexpr (kPrevPV) { retire_pv(t - 1); }
+  };
+
+  if (n > 0) {
+    if constexpr (kOverlap) {
+      scores_softmax(0, cute::false_type{});
+      convert_p();
+    }
+    for (int t = kOverlap ? 1 : 0; t < n; ++t) {
+      scores_softmax(t, cute::bool_constant<kOverlap>{});
+      softmax.rescale_o(acc_o);
+      convert_p();
+      if constexpr (!kOverlap) {
+        issue_pv(t);
+        retire_pv(t);
+      }
+    }
+    if constexpr (kOverlap) {
+      issue_pv(n - 1);
+      retire_pv(n - 1);
+    }
+  }
+
+  // O normalised and LSE (a row that saw no key: O = 0, LSE = -inf), straight from the
+  // accumulator to the packed rows' addresses: two adjacent columns per store.
+  const auto lse = softmax.normalize(acc_o, p.scale);
+  Tensor o_rc = rowcol_view(acc_o);
+  Tensor tOcO_rc = rowcol_view(
+      thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+  const int64_t rows_all = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(o_rc); ++mi) {
+    const int r = get<0>(tOcO_rc(mi, 0));
+    if (r >= w.q_rows) { continue; }
+    const int head = w.head(r);
+    const int query = w.query(r);
+    const int64_t row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
+    const bool writes_lse = get<1>(tOcO_rc(mi, 0)) == 0;
+    if (p.num_splits == 1) {
+      Element* out = static_cast<Element*>(p.o) + w.batch * p.o_batch_stride +
+                     head * p.o_head_stride + query * p.o_row_stride;
+      CUTE_UNROLL
+      for (int di = 0; di < size<1>(o_rc); di += 2) {
+        cutlass::Array<Element, 2> pair;
+        pair[0] = Element(o_rc(mi, di));
+        pair[1] = Element(o_rc(mi, di + 1));
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(out + get<1>(tOcO_rc(mi, di))) = pair;
+      }
+      if (writes_lse && p.lse != nullptr) { p.lse[row] = lse(mi); }
+    } else {
+      const int64_t out_row = w.split * rows_all + row;
+      float* out = p.o_partial + out_row * kHeadDim;
+      CUTE_UNROLL
+      for (int di = 0; di < size<1>(o_rc); di += 2) {
+        *reinterpret_cast<float2*>(out + get<1>(tOcO_rc(mi, di))) =
+            make_float2(o_rc(mi, di), o_rc(mi, di + 1));
+      }
+      if (writes_lse) { p.lse_partial[out_row] = lse(mi); }
+    }
+  }
+}
+
+template <typename Traits>
+__forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* smem_raw) {
+  using Storage = typename Traits::SharedStorage;
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The combine (a programmatic dependent launch) may be scheduled once every CTA of this grid
+  // has started; it waits for this grid's results itself.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const SplitTile w = split_tile<Traits>(params.base);
+  if (threadIdx.x == 0) { sm90::init_barriers<Traits>(smem); }
+  __syncthreads();
+
+  if (threadIdx.x / 128 == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x == 0) { produce<Traits>(params, smem, w); }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  consume<Traits>(params, smem, w, int(threadIdx.x) - 128);
+}
+
+}  // namespace cute_autotune::decode90
+
+// The split attention with its LaunchInfo, and the decode family's combine.
+#define CUTE_AUTOTUNE_DECODE90_ENTRY(TRAITS)                                                   \
+  CUTE_AUTOTUNE_ENTRY(TRAITS, cute_autotune::TmaFwdParams, 1024,                              \
+                      cute_autotune::decode90::decode_tile<TRAITS>)                            \
+  extern "C" __global__ void __launch_bounds__(32 * cute_autotune::kCombineWarps)             \
+      cute_autotune_combine(const __grid_constant__ cute_autotune::FwdParams params) {         \
+    cute_autotune::decode::combine_rows<TRAITS>(params);                                      \
+  }

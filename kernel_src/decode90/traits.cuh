@@ -1,0 +1,45 @@
+// Traits of the decode90 family: the decode family's design (split-KV, the query heads of a KV
+// head's group packed into the rows of one CTA) on Hopper's wgmma with TMA loads of K and V.
+// With 8 query heads per KV head and 16 query tokens a KV head has 128 packed rows: one
+// warpgroup tile of 64 rows or two, where the mma.sync decode kernel needs four CTAs of 32 rows
+// that each read all of the head's K and V.
+//
+// The CTA is the sm90 family's (one producer warpgroup issuing TMA, 1-2 consumer warpgroups on
+// wgmma, setmaxnreg); its shared storage, smem layouts and tiled MMAs are taken from
+// sm90::FwdTraits unchanged (not persistent, no ping-pong: a decode CTA has one work tile).
+// The static_asserts below mirror the constraints of search_spaces/decode90.toml.
+#pragma once
+
+#include "../sm90/traits.cuh"
+
+namespace cute_autotune::decode90 {
+
+using namespace cute;
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
+          bool kOverlap_, typename Element_, bool kCausal_>
+struct Decode90Traits
+    : sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_,
+                      /*producer_regs=*/24, kOverlap_, /*pingpong=*/false, /*persistent=*/false,
+                      Element_, kCausal_> {
+  using Base = sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_, 24,
+                               kOverlap_, false, false, Element_, kCausal_>;
+  static_assert(kHeadDim_ == 64 || kHeadDim_ == 128, "head_dim must be 64 or 128");
+  static_assert(kBlockN_ == 64 || kBlockN_ == 128, "block_n must be 64 or 128");
+  // Q is gathered by the consumers (its packed rows are no box of a tensor map) into the
+  // K-major tile SmemLayoutO describes; 16 bytes per cp.async.
+  static constexpr int kChunksPerRow = kHeadDim_ / 8;
+
+  // K and V go through TMA maps with the sm90 boxes; Q and O do not (the launcher still
+  // encodes their maps, with boxes of 64 rows that are never used).
+  static constexpr LaunchInfo launch_info() {
+    LaunchInfo info = Base::launch_info();
+    info.tma_box_rows_q = 64;
+    info.tma_box_rows_o = 64;
+    info.pack_gqa = 1;
+    info.split_kv = 1;
+    return info;
+  }
+};
+
+}  // namespace cute_autotune::decode90

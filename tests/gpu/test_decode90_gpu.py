@@ -1,0 +1,175 @@
+"""The decode90 family (wgmma + TMA, GQA packed into 64-128 rows) on an sm_90 GPU: full
+contiguous caches in both layouts, KV splits and their combine, GQA / MQA / MHA, Lq x group not
+a multiple of the tile, causal rows that see no key, against the fp32 reference with the output
+buffer poisoned; refused KV-cache operands; a tuned decode90 config run by `attention`, plain
+and in a captured CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import autotune
+from autotune.measure.kvcache_inputs import KVCase, make_kv_inputs
+from autotune.measure.reference import reference_attention, reference_with_kvcache
+from autotune.model.config import Config
+from autotune.model.problem import Problem
+from autotune.model.space import load_space
+from autotune.runtime.attention import configure
+from autotune.runtime.dispatch import device_info
+from autotune.runtime.kvcache import decode_kernel
+from autotune.store.records import TrialResult
+from autotune.store.repo import TuningStore
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available()
+                       or torch.cuda.get_device_capability() != (9, 0),
+                       reason="decode90 runs on compute capability 9.0 only"),
+]
+
+TOL = {"fp16": 1e-3, "bf16": 8e-3}
+
+
+def _config(head_dim: int, dtype: str, causal: bool, bm: int, bn: int, wgs: int, stages: int,
+            overlap: bool) -> Config:
+    return Config.make("decode90", {"head_dim": head_dim, "dtype": dtype, "causal": causal,
+                                    "block_m": bm, "block_n": bn, "consumer_wgs": wgs,
+                                    "kv_stages": stages, "overlap": overlap, "num_splits": 1})
+
+
+# Structural variants: 1 and 2 consumer warpgroups, block_m 64/128, block_n 64/128, 2 to 4
+# stages, the overlapped schedule on and off, both head dims and dtypes, both masks.
+CONFIGS = [
+    _config(128, "bf16", True, 128, 128, 2, 3, True),
+    _config(128, "bf16", False, 128, 64, 1, 4, False),
+    _config(128, "fp16", True, 64, 128, 1, 2, False),
+    _config(128, "fp16", False, 64, 64, 1, 3, True),
+    _config(64, "bf16", True, 128, 64, 2, 4, True),
+    _config(64, "fp16", False, 64, 128, 1, 4, True),
+]
+
+
+def _cases(config: Config) -> list[tuple[KVCase, int]]:
+    """(case, num_splits) pairs for one config's problem class: full caches only."""
+    d, dt, c = config["head_dim"], config["dtype"], config["causal"]
+
+    def case(**kw: Any) -> KVCase:
+        return KVCase.make(**{"head_dim": d, "dtype": dt, "causal": c, "lengths": None, **kw})
+
+    cases = [
+        (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=4, capacity=1000), 1),
+        (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=4, capacity=1000), 3),
+        # 128 packed rows (GQA 8, Lq 16), [B, H, L, D]
+        (case(batch=2, heads_q=16, heads_kv=2, seqlen_q=16, capacity=1000, layout="bhld"), 4),
+        # MQA: 96 rows; MHA: 16 rows of one head
+        (case(batch=1, heads_q=32, heads_kv=1, seqlen_q=3, capacity=333), 2),
+        (case(batch=3, heads_q=4, heads_kv=4, seqlen_q=16, capacity=300, layout="bhld"), 2),
+        # Lq x group not a multiple of block_m, splits more than key tiles
+        (case(batch=1, heads_q=12, heads_kv=4, seqlen_q=5, capacity=100), 16),
+        # 256 packed rows: two or four row tiles per KV head
+        (case(batch=1, heads_q=8, heads_kv=2, seqlen_q=64, capacity=700), 2),
+    ]
+    if c:  # Lq > Lk: the first rows see no key (O = 0, LSE = -inf)
+        cases.append((case(batch=1, heads_q=8, heads_kv=2, seqlen_q=64, capacity=50), 2))
+    return cases
+
+
+def _check(out: torch.Tensor, lse: torch.Tensor | None, inputs: Any, case: KVCase) -> None:
+    ref, ref_lse = reference_with_kvcache(
+        inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=None, block_table=None,
+        causal=case.causal, scale=1 / math.sqrt(case.head_dim), layout=case.layout)
+    got = out if case.layout == "bhld" else out.transpose(1, 2)
+    assert bool(torch.isfinite(out).all()), f"{case.describe()}: non-finite output"
+    denom = max(float(torch.linalg.vector_norm(ref)), 1e-6)
+    err = float(torch.linalg.vector_norm(got.float() - ref)) / denom
+    assert err < TOL[case.dtype], f"{case.describe()}: relative error {err:.3e}"
+    if lse is not None:
+        dead = torch.isinf(ref_lse)
+        assert bool(torch.isneginf(lse[dead]).all()), f"{case.describe()}: LSE of empty rows"
+        torch.testing.assert_close(lse[~dead], ref_lse[~dead], atol=2e-3, rtol=1e-4)
+
+
+def _kernel(config: Config) -> Any:
+    return decode_kernel(config, head_dim=int(config["head_dim"]), dtype=str(config["dtype"]),
+                         causal=bool(config["causal"]), device=0)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.to_json())
+def test_full_caches_and_splits_match_the_reference(config: Config) -> None:
+    kernel = _kernel(config)
+    for seed, (case, splits) in enumerate(_cases(config)):
+        inputs = make_kv_inputs(case, "cuda", seed)
+        out = torch.full_like(inputs.q, float("nan"))  # poisoned: every row must be written
+        out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                                       layout=case.layout, out=out, return_lse=True,
+                                       num_splits=splits)
+        _check(out, lse, inputs, case)
+
+
+def test_cache_operands_it_cannot_read_are_refused() -> None:
+    kernel = _kernel(CONFIGS[0])
+    case = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=512,
+                       lengths=(512, 100), causal=True)
+    inputs = make_kv_inputs(case, "cuda", 1)
+    with pytest.raises(ValueError, match="TMA"):
+        kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                            cache_seqlens=inputs.cache_seqlens)
+    paged = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=512,
+                        lengths=(512, 100), causal=True, page_size=64)
+    inputs = make_kv_inputs(paged, "cuda", 2)
+    with pytest.raises(ValueError, match="TMA"):
+        kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                            cache_seqlens=inputs.cache_seqlens, block_table=inputs.block_table)
+
+
+PROBLEM = Problem(2, 64, 8, 16, 3000, 128, "bf16", True)
+
+
+@pytest.fixture()
+def tuned_decode90(tmp_path: Any) -> Iterator[None]:
+    db = f"sqlite:///{tmp_path}/decode90.db"
+    config = CONFIGS[0].replace(num_splits=4)
+    TuningStore(db).set_best(device_info(0), PROBLEM, TrialResult(config, "ok", median_us=50.0),
+                             measurement_id=None, study="test", trials=1,
+                             sdpa_default_us=80.0, sdpa_flash_us=90.0)
+    configure(db=db, use_shipped=False)
+    yield
+    configure()
+
+
+def test_attention_runs_a_tuned_decode90_config(tuned_decode90: None) -> None:
+    p = PROBLEM
+    q = torch.randn(p.batch, p.heads_q, p.seqlen_q, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(p.batch, p.heads_kv, p.seqlen_k, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    decision = autotune.explain(q, k, v, causal=True)
+    assert decision.config is not None and decision.config.family == "decode90"
+    assert decision.config["num_splits"] == 4
+
+    def check(out: torch.Tensor, lse: torch.Tensor | None) -> None:
+        ref, ref_lse = reference_attention(q, k, v, causal=True, scale=1 / math.sqrt(128))
+        err = torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref)
+        assert bool(torch.isfinite(out).all()) and float(err) < 8e-3, float(err)
+        if lse is not None:
+            torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=1e-4)
+
+    for _ in range(2):
+        out, lse = autotune.attention(q, k, v, causal=True, return_lse=True, strict=True)
+        check(out, lse)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = autotune.attention(q, k, v, causal=True, strict=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    q.normal_()
+    graph.replay()
+    torch.cuda.synchronize()
+    check(captured, None)
+    assert load_space("decode90").reads("dense") and not load_space("decode90").reads("paged16")
