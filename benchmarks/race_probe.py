@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
@@ -29,13 +30,14 @@ def main() -> int:
         (1, 2, 1, 200, 300), (1, 2, 1, 130, 64), (1, 16, 4, 1100, 900), (2, 32, 8, 1100, 900))
     if kernel.split_kv:  # decode: a few query rows; its KV-cache paths below
         problems = ((1, 2, 1, 1, 300), (2, 8, 2, 5, 700), (2, 32, 8, 16, 900))
-        of_class = {"head_dim": d, "dtype": str(config["dtype"]),
-                    "causal": bool(config["causal"])}
-        cases = ((KVCase.make(3, 16, 2, 2, 512, (5, 333, 0), **of_class, page_size=16), 4),
-                 (KVCase.make(2, 8, 2, 3, 700, (700, 1), **of_class), 8))
+        def of_class(*sizes: Any, **kw: Any) -> KVCase:
+            return KVCase.make(*sizes, head_dim=d, dtype=str(config["dtype"]),
+                               causal=bool(config["causal"]), **kw)
+
+        cases = ((of_class(3, 16, 2, 2, 512, (5, 333, 0), page_size=16), 4),
+                 (of_class(2, 8, 2, 3, 700, (700, 1)), 8))
         if not load_space(config.family).kv_caches:  # decode90: full contiguous caches
-            cases = ((KVCase.make(2, 16, 2, 16, 900, None, **of_class), 4),
-                     (KVCase.make(1, 32, 1, 3, 700, None, **of_class), 8))
+            cases = ((of_class(2, 16, 2, 16, 900, None), 4), (of_class(1, 32, 1, 3, 700, None), 8))
         for case, splits in cases:
             x = make_kv_inputs(case, "cuda")
             out, lse = kernel.with_kvcache(x.q, x.k_cache, x.v_cache,
