@@ -82,6 +82,11 @@
 #                                              # check beside racecheck + synccheck on its
 #                                              # structural variants, then the decode bench of
 #                                              # the Lq >= 4 problems, both families searched
+#   UNTIL=540 bash benchmarks/h200_evidence.sh decode90tune  # BENCH=1: the whole decode bench
+#                                              # (both families) and the B=1 floor probe; then
+#                                              # a piece of decode-tuning's dense Lq >= 4
+#                                              # problems with decode and decode90 (.tuning
+#                                              # carried and returned; one tarball)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -722,6 +727,32 @@ decode90)
     > "$f/decode_bench_lq4plus_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
   tail -n 30 "$f/decode_bench_lq4plus_h200.txt" | cut -c1-160
   tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
+  ;;
+decode90tune)
+  # Issue 15 with decode90, one call: BENCH=1 runs the decode bench of every problem (both
+  # families, --extra --paged) and benchmarks/decode_floor.py first; then a piece of
+  # decode-tuning's dense causal problems (Lq 4 and 16) searched with the decode and decode90
+  # families beside SDPA's backends (--skip-tuned: the decode studies already complete are
+  # kept, their finalists re-ranked with decode90's), started until UNTIL - 70 s.
+  f=$OUT/decode90tune; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
+    --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
+  echo "compiled at $(( $(date +%s) - t0 )) s"
+  if [ "${BENCH:-1}" = 1 ]; then
+    timeout "${BENCH_S:-260}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
+      --extra --paged > "$f/decode_bench_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+    timeout 90 python3 benchmarks/decode_floor.py --json "$f/decode_floor_h200.json" \
+      > "$f/decode_floor_h200.txt" 2>&1; echo "floor rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  python3 -m autotune.cli tune --shapes decode-tuning --causal true --kv-cache dense \
+    --family decode,decode90 --trials "${TRIALS:-8}" --rerank-top "${RERANK_TOP:-3}" --skip-tuned \
+    --stop-after $(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) )) --db "sqlite:///$PWD/.tuning/h200.db" \
+    --json "$f/tune_piece_$t0.json" --quiet > "$f/tune_piece_$t0.txt" 2>&1
+  echo "tune rc $? at $(( $(date +%s) - t0 )) s"
+  cp .tuning/h200.db "$f/h200.db"
+  [ "${BENCH:-1}" = 1 ] && { tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-150; cat "$f/decode_floor_h200.txt"; }
+  tail -n 25 "$f/tune_piece_$t0.txt" | cut -c1-160
+  tar czf "$OUT/decode90tune.tgz" -C "$OUT" decode90tune
   ;;
 record16)
   # Issue 16 item 3: the recordings `--replay` serves, one per family in REC (decode, sm90,
