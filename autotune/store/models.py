@@ -243,15 +243,20 @@ def check_column_bounds(session: Session, *_: object) -> None:
     SQLite would store them; this makes every database refuse them alike (a `before_flush`
     listener on the store's sessions)."""
     for obj in [*session.new, *session.dirty]:
-        if not isinstance(obj, Base):
-            continue
-        for column in obj.__table__.columns:
-            value = getattr(obj, column.key, None)
-            length = getattr(column.type, "length", None)
-            if isinstance(value, str) and length is not None and len(value) > length:
-                raise ValueError(f"{column.table.name}.{column.name} holds at most {length} "
-                                 f"characters, got {len(value)}")
-            if (isinstance(column.type, Integer) and not isinstance(column.type, BigInteger)
-                    and isinstance(value, int) and not INT32[0] <= value <= INT32[1]):
-                raise ValueError(f"{column.table.name}.{column.name} holds a 32-bit integer, "
-                                 f"got {value}")
+        if isinstance(obj, Base):
+            check_row_bounds(type(obj), {c.key: getattr(obj, c.key, None)
+                                         for c in obj.__table__.columns})
+
+
+def check_row_bounds(model: type[Base], values: dict[str, object]) -> None:
+    """`check_column_bounds` for one row's values (an INSERT written without the ORM)."""
+    for column in model.__table__.columns:
+        value = values.get(column.key)
+        length = getattr(column.type, "length", None)
+        if isinstance(value, str) and length is not None and len(value) > length:
+            raise ValueError(f"{column.table.name}.{column.name} holds at most {length} "
+                             f"characters, got {len(value)}")
+        if (isinstance(column.type, Integer) and not isinstance(column.type, BigInteger)
+                and isinstance(value, int) and not INT32[0] <= value <= INT32[1]):
+            raise ValueError(f"{column.table.name}.{column.name} holds a 32-bit integer, "
+                             f"got {value}")

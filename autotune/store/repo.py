@@ -33,6 +33,7 @@ from .models import (
     ProblemRow,
     RuntimeMiss,
     check_column_bounds,
+    check_row_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
 from .schema import database_error, default_url, ensure_schema, head_revision, open_engine
@@ -160,13 +161,33 @@ RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
 
 def _get_or_create(s: Session, model: type[RowT], identity: dict[str, Any],
                    extra: dict[str, Any] | None = None) -> RowT:
-    """The row whose columns equal `identity`, created (with `extra`) if there is none."""
+    """The row whose columns equal `identity` (a unique key of the table), created (with
+    `extra`) if there is none: race-free when another process creates it at the same time."""
     row = s.scalars(select(model).filter_by(**identity)).first()
     if row is None:
-        row = model(**identity, **(extra or {}))
-        s.add(row)
-        s.flush()
+        _insert_unless_present(s, model, {**identity, **(extra or {})})
+        row = s.scalars(select(model).filter_by(**identity)).one()
     return row
+
+
+def _insert_unless_present(s: Session, model: type[Any], values: dict[str, Any]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING on a unique key of `model`: a row another process
+    inserted first wins, and this one is not an error. (SQLite's writers are serialised by
+    BEGIN IMMEDIATE, store.schema; PostgreSQL's are not.) Other databases: a savepoint that an
+    IntegrityError rolls back."""
+    check_row_bounds(model, values)
+    dialect = s.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        s.execute(insert(model).values(**values).on_conflict_do_nothing())
+        return
+    try:
+        with s.begin_nested():
+            s.add(model(**values))
+    except IntegrityError:
+        pass
 
 
 class TuningStore:
@@ -220,7 +241,7 @@ class TuningStore:
         record = build.record or {}
         toolchain = record.get("toolchain", {})
         digest = record.get(DIGEST)  # the SHA-256 the cache verified the cubin against
-        row = Build(
+        _insert_unless_present(s, Build, dict(
             config_id=config_row.id, artifact_key=build.key, arch=build.arch,
             nvcc_version=toolchain.get("nvcc", ""), cutlass_version=toolchain.get("cutlass", ""),
             kernel_source_hash=toolchain.get("kernel_source", ""), status=build.status,
@@ -231,10 +252,8 @@ class TuningStore:
             stack_frame_bytes=build.ptxas.stack_frame_bytes if build.ptxas else None,
             smem_bytes=build.launch_info.smem_bytes if build.launch_info else None,
             threads=build.launch_info.threads if build.launch_info else None,
-            compile_seconds=build.seconds, artifact_digest=digest)
-        s.add(row)
-        s.flush()
-        return row
+            compile_seconds=build.seconds, artifact_digest=digest))
+        return s.scalars(select(Build).filter_by(artifact_key=build.key)).one()
 
     # -- measurements -----------------------------------------------------------------------
 
@@ -345,7 +364,14 @@ class TuningStore:
             row = s.scalars(select(BestConfig).filter_by(device_id=device_id,
                                                          problem_id=problem_id)).first()
         if row is None:
-            row = BestConfig(device_id=device_id, problem_id=problem_id)
+            # created first with what a best row must hold, so that a concurrent creator's row
+            # is updated below instead of colliding with it
+            _insert_unless_present(s, BestConfig, {
+                "device_id": device_id, "problem_id": problem_id, "config_id": config_id,
+                "family": result.config.family, "study": study, "median_us": median,
+                "tflops": problem.tflops(median), "trials": trials, "source": source})
+            row = s.scalars(select(BestConfig).filter_by(device_id=device_id,
+                                                         problem_id=problem_id)).one()
         row.config_id = config_id
         row.measurement_id = measurement_id
         row.family = result.config.family

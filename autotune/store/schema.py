@@ -4,6 +4,13 @@ The default is a SQLite file in the user's cache directory, in WAL mode so that 
 `best` query, runtime dispatch) never blocks a tuning session that is writing. Any SQLAlchemy
 URL works (`--db URL` or $CUTE_AUTOTUNE_DB), PostgreSQL included.
 
+Several processes may open one database at once (tuning workers, dispatch): creating or
+migrating the schema happens under a lock (a lock file beside a SQLite database, an advisory
+lock on PostgreSQL), so one process creates it and the others wait and find it made; and a
+writable SQLite connection starts every transaction with BEGIN IMMEDIATE, so a transaction
+that reads and then writes (get-or-create) holds the write lock from its first read, waiting up
+to the busy timeout for another writer instead of failing on a snapshot it can no longer write.
+
 A fresh or empty database is created at the newest schema. An older one is never changed
 behind the user's back: opening it raises SchemaOutdated, whose message names the command that
 upgrades it. A read-only open (`create=False`: `list`, `best`, `export`) creates nothing: no
@@ -16,13 +23,17 @@ whose one-line message names the database and what to do.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 from weakref import WeakSet
 
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -112,9 +123,11 @@ def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
                       + (f" ({hint})" if hint else ""))
 
 
-def make_engine(url: str, *, create: bool = True) -> Engine:
+def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Engine:
     """An engine on `url` (StoreError if the URL is not one or its driver is missing). With
-    `create=False` a SQLite file must exist and is opened read-only."""
+    `create=False` a SQLite file must exist and is opened read-only. A writable SQLite engine
+    begins every transaction with BEGIN IMMEDIATE unless `immediate` is False (migrations: a
+    step switches SQLite's foreign keys, which only works outside a transaction)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -154,9 +167,86 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
             if create:  # a read-only connection reads a WAL database as it is
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
             cursor.close()
+            if create and immediate:
+                # transactions are begun below, not by the driver
+                dbapi_connection.isolation_level = None
+
+        if create and immediate:
+            @event.listens_for(engine, "begin")
+            def _sqlite_begin_immediate(connection: Any) -> None:
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
     return engine
+
+
+# How long a SQLite connection waits for another process's write lock before it fails.
+SQLITE_BUSY_MS = 30000
+
+
+def sqlite_immediate_writes(engine: Engine) -> None:
+    """Make an engine that another library created on a SQLite database (Optuna's storage)
+    behave like ours: the busy timeout, and every transaction begun with BEGIN IMMEDIATE."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+        cursor.close()
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the hooks: gone
+
+
+@contextmanager
+def schema_lock(url: str | URL, *, create: bool = True) -> Iterator[None]:
+    """Held by the one process that creates or migrates a database's schema (and by a reader
+    that finds it half made, until the creator is done): an exclusive lock on the file
+    `<database>.lock` beside a SQLite database, a session-level advisory lock on PostgreSQL;
+    other databases get none. A read-only SQLite open (`create=False`) takes the lock only if
+    a creator has made its file."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    path = sqlite_path(parsed)
+    if path is not None:
+        lock_path = path.with_name(path.name + ".lock")
+        if not create and not lock_path.exists():
+            yield
+            return
+        with open(lock_path, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return
+    if parsed.get_backend_name() == "postgresql":
+        key = zlib.crc32(f"cute-autotune schema {parsed.database}".encode()) - 2**31
+        engine = create_engine(parsed, poolclass=_null_pool())
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+                connection.commit()
+                try:
+                    yield
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                    connection.commit()
+        finally:
+            engine.dispose()
+        return
+    yield
+
+
+def _null_pool() -> Any:
+    from sqlalchemy.pool import NullPool
+
+    return NullPool
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -171,7 +261,26 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine) -> tuple[str | None, str]:
-    """Migrate to the newest schema; returns (from, to)."""
+    """Migrate to the newest schema, under the schema lock; returns (from, to)."""
+    with schema_lock(engine.url):
+        return _upgrade(engine)
+
+
+def _upgrade(engine: Engine) -> tuple[str | None, str]:
+    path = sqlite_path(engine.url)
+    if path is None:
+        return _migrate(engine)
+    # A SQLite file is migrated through an engine of its own with the driver's own transaction
+    # handling (see make_engine); the schema lock keeps every other process out meanwhile.
+    plain = make_engine(engine.url.render_as_string(hide_password=False), immediate=False)
+    try:
+        return _migrate(plain)
+    finally:
+        plain.dispose()
+        engine.dispose()
+
+
+def _migrate(engine: Engine) -> tuple[str | None, str]:
     from alembic import command
 
     before = current_revision(engine)
@@ -195,17 +304,15 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
 
 def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     revision = current_revision(engine)
-    head = head_revision()
     if revision is None:
-        ours = {"devices", "kernel_configs", "measurements", "best_configs"}
-        if ours & set(inspect(engine).get_table_names()):
-            raise SchemaError(f"{describe(url)} has cute-autotune tables but no schema version; "
-                              "it was not made by cute-autotune or is damaged")
-        if not create:
-            raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
-                              "into it first)")
-        upgrade(engine)  # a new database (or one holding only Optuna's tables)
-        return
+        # Made by no one yet, or being made by another process right now: decide under the
+        # schema lock, which the creator holds until its schema is whole.
+        with schema_lock(url, create=create):
+            revision = current_revision(engine)
+            if revision is None:
+                _new_schema(engine, url, create=create)
+                return
+    head = head_revision()
     if revision == head:
         return
     if revision in known_revisions():
@@ -215,6 +322,19 @@ def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     raise SchemaError(f"the tuning database {url} has schema {revision}, which this "
                       f"cute-autotune (schema {head}) does not know: it was written by a newer "
                       "release; upgrade cute-autotune")
+
+
+def _new_schema(engine: Engine, url: str, *, create: bool) -> None:
+    """A database with no schema version, inside the schema lock: created at the newest schema
+    when it is new (or holds only Optuna's tables), refused when it has tables of ours."""
+    ours = {"devices", "kernel_configs", "measurements", "best_configs"}
+    if ours & set(inspect(engine).get_table_names()):
+        raise SchemaError(f"{describe(url)} has cute-autotune tables but no schema version; "
+                          "it was not made by cute-autotune or is damaged")
+    if not create:
+        raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
+                          "into it first)")
+    _upgrade(engine)
 
 
 # Engines whose schema has been checked: the check (a few queries) runs once per engine, when

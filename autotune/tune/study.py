@@ -10,6 +10,7 @@ the loop reads what earlier sessions learnt. Nothing here compiles, times or pic
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..model.space import Space
 from ..model.status import Status
 from ..store.records import DeviceInfo
 from ..store.repo import TuningStore
+from ..store.schema import schema_lock, sqlite_immediate_writes
 
 # The objective every study minimises: a config's median time in microseconds. Optuna's trial
 # count of a study is larger than the CLI's "trials": it also holds configs pruned before they
@@ -85,7 +87,8 @@ class Study:
         self.name = name
         self.space = space
         self.fixed = dict(fixed)
-        self._study = optuna.create_study(study_name=name, storage=url, direction="minimize",
+        self._study = optuna.create_study(study_name=name, storage=optuna_storage(url),
+                                          direction="minimize",
                                           sampler=sampler, load_if_exists=True)
         if self._study.metric_names is None:
             # Optuna's dashboard and exports name the objective by this
@@ -111,25 +114,37 @@ class Study:
             owner = Owner.from_json(frozen.user_attrs.get("owner"))
             if owner is None or not is_gone(owner):
                 continue
-            # Optuna sets a trial's attributes only through a Trial object; this is its
-            # constructor on an existing trial's id (frozen trials expose it privately).
-            trial = optuna.trial.Trial(study, frozen._trial_id)
-            raw = frozen.user_attrs.get("config")
-            measured = None
-            if raw and frozen.user_attrs.get("build_key"):
-                measured = store.find_trial(device, problem, Config.from_json(raw),
-                                            frozen.user_attrs["build_key"])
-            value = measured.median_us if measured is not None else None
-            if value is not None:
-                trial.set_user_attr("status", Status.OK.value)
-                trial.set_user_attr("reason", f"measured by {owner.describe()}, which died "
-                                    "before telling the study; told by a later session")
-                study.tell(frozen.number, value)
-            else:
-                trial.set_user_attr("status", Status.INTERRUPTED.value)
-                trial.set_user_attr("reason", f"{owner.describe()} died before this trial "
-                                    "finished")
-                study.tell(frozen.number, state=TrialState.FAIL)
+            try:
+                self._settle(study, frozen, owner, store, device, problem)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another session settled it first
+
+    @staticmethod
+    def _settle(study: Any, frozen: Any, owner: Owner, store: TuningStore, device: DeviceInfo,
+                problem: Problem) -> None:
+        """Tell one abandoned trial: the value its process stored, else a failure."""
+        import optuna
+        from optuna.trial import TrialState
+
+        # Optuna sets a trial's attributes only through a Trial object; this is its
+        # constructor on an existing trial's id (frozen trials expose it privately).
+        trial = optuna.trial.Trial(study, frozen._trial_id)
+        raw = frozen.user_attrs.get("config")
+        measured = None
+        if raw and frozen.user_attrs.get("build_key"):
+            measured = store.find_trial(device, problem, Config.from_json(raw),
+                                        frozen.user_attrs["build_key"])
+        value = measured.median_us if measured is not None else None
+        if value is not None:
+            trial.set_user_attr("status", Status.OK.value)
+            trial.set_user_attr("reason", f"measured by {owner.describe()}, which died "
+                                "before telling the study; told by a later session")
+            study.tell(frozen.number, value)
+        else:
+            trial.set_user_attr("status", Status.INTERRUPTED.value)
+            trial.set_user_attr("reason", f"{owner.describe()} died before this trial "
+                                "finished")
+            study.tell(frozen.number, state=TrialState.FAIL)
 
     def knowledge(self, build_key: Callable[[Config], str]) -> Knowledge:
         """What the study knows, judged against the builds `build_key` makes today."""
@@ -225,6 +240,29 @@ class Study:
         return counted(trials), len(trials)
 
 
+_storages: dict[str, Any] = {}
+_storages_lock = threading.Lock()
+
+
+def optuna_storage(url: str | None) -> Any:
+    """Optuna's storage in the tuning database at `url` (None: in memory), one per process.
+    Optuna creates its tables on first use: that happens under the schema lock, so processes
+    that open a new database together do not race on it; on SQLite its transactions then begin
+    with BEGIN IMMEDIATE like ours (two processes cannot both take one queued trial)."""
+    if url is None:
+        return None
+    import optuna
+
+    with _storages_lock:
+        storage = _storages.get(url)
+        if storage is None:
+            with schema_lock(url):
+                storage = optuna.storages.RDBStorage(url)
+            sqlite_immediate_writes(storage.engine)
+            _storages[url] = storage
+    return storage
+
+
 def counted(trials: Sequence[Any]) -> int:
     """Of Optuna trials, those that evaluated a config (see NOT_COUNTED)."""
     return len([t for t in trials if t.user_attrs.get("status") not in NOT_COUNTED])
@@ -235,7 +273,7 @@ def counted_trials(url: str, name: str) -> int:
     import optuna
 
     try:
-        study = optuna.load_study(study_name=name, storage=url)
+        study = optuna.load_study(study_name=name, storage=optuna_storage(url))
     except KeyError:  # a best config imported from another database has no study here
         return 0
     return counted(study.get_trials(deepcopy=False))
