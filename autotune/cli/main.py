@@ -30,6 +30,7 @@ from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
 from . import kernels as cli_kernels
 from . import tuning as cli_tuning
+from . import workers as cli_workers
 from .args import HelpFormatter, add_causal, nonnegative_int, positive_float, positive_int
 from .build_table import build_table
 from .progress import progress
@@ -375,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "$CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
+    cli_workers.register(sub)
     cli_kernels.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
     p.add_argument("--family", default="sm80", help="kernel family")

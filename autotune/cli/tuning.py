@@ -113,7 +113,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("tune needs a shape (--heads-q --seqlen-q --head-dim ...), --shapes SET or "
               "--misses", file=sys.stderr)
         return 2
-    if not args.replay:
+    if args.enqueue and args.misses:
+        print("--enqueue takes a shape or --shapes, not --misses", file=sys.stderr)
+        return 2
+    if not args.replay and not (args.enqueue and args.for_gpu):
 
         if not gpu_available():
             print("cute-autotune tune times kernels on a CUDA GPU and none is visible here "
@@ -125,6 +128,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               rerank_top=args.rerank_top, reuse=not args.no_reuse,
                               resume=args.skip_tuned, sdpa_finalists=not args.without_sdpa)
+    if args.enqueue:
+        from .workers import enqueue
+
+        if args.for_gpu:
+            device = args.for_gpu
+        else:
+            probe = open_backend(args.replay)
+            device = probe.device()
+            probe.close()
+        return enqueue(args.db, device, problems, _families_arg(args.family) or [], settings)
     rows: list[list[Any]] = []
     outcomes: list[TuneOutcome] = []
     backend = open_backend(args.replay)
@@ -207,6 +220,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
               "run it again with --skip-tuned to continue")
     return 0 if all(o.best for o in outcomes) else 1
+
+
+def gpu_model(text: str) -> DeviceInfo:
+    """'NVIDIA H200:90:132' -> the GPU model a work item is for (argparse type)."""
+    parts = text.rsplit(":", 2)
+    try:
+        name, cc, sms = parts[0].strip(), int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME:CC:SMS, e.g. 'NVIDIA H200:90:132'") from None
+    if not name or not 10 <= cc <= 200 or not 1 <= sms <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: a name, a compute capability such as 90 "
+                                         "and an SM count are needed")
+    return DeviceInfo(name, cc, sms, "", "")
 
 
 def _gpu_model(device: DeviceInfo) -> str:
@@ -547,7 +574,10 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         return 2
     wanted = ([p for name in args.shapes for p in load_shape_set(name)]
               if args.shapes else None)
-    if not args.replay:
+    if args.enqueue and args.misses:
+        print("--enqueue takes a shape or --shapes, not --misses", file=sys.stderr)
+        return 2
+    if not args.replay and not (args.enqueue and args.for_gpu):
 
         if not gpu_available():
             print("cute-autotune recheck times kernels on a CUDA GPU and none is visible here "
@@ -635,6 +665,13 @@ def register(sub: Any) -> None:
                    "left out; narrowed by --head-dim, --dtype and --causal when given)")
     p.add_argument("--top", type=positive_int, metavar="N",
                    help="with --misses: how many problems (default: 10)")
+    p.add_argument("--enqueue", action="store_true",
+                   help="add the problems to the work queue of the database instead of tuning "
+                   "them here (`cute-autotune worker` takes them, `cute-autotune queue` shows "
+                   "them): for the GPU model visible here, of --replay's recording, or --for-gpu")
+    p.add_argument("--for-gpu", type=gpu_model, metavar="NAME:CC:SMS",
+                   help="with --enqueue: the GPU model the items are for, e.g. "
+                   "'NVIDIA H200:90:132' (name, compute capability, SM count)")
     p.add_argument("--json", help="write the outcomes to this file")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_tune)

@@ -237,6 +237,37 @@ class RuntimeMiss(Base):
     problem: Mapped[ProblemRow] = relationship()
 
 
+class WorkItem(Base):
+    """A problem to tune on one GPU model (`tune --enqueue`), taken by a `worker` of that model
+    under a lease it renews while it runs (schema 0.5.0). state: queued | running | done |
+    failed; a running item whose lease ran out is taken again by the next worker."""
+
+    __tablename__ = "work_items"
+    __table_args__ = (
+        UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id",
+                         "families", name="uq_work_items"),
+        Index("ix_work_items_take", "device_name", "compute_capability", "sm_count", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_name: Mapped[str] = mapped_column(String(128))
+    compute_capability: Mapped[int] = mapped_column(Integer)
+    sm_count: Mapped[int] = mapped_column(Integer)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    families: Mapped[str] = mapped_column(String(200))  # comma list; "" = every family it runs
+    settings_json: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(String(200))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text)
+    enqueued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    problem: Mapped[ProblemRow] = relationship()
+
+
 def check_column_bounds(session: Session, *_: object) -> None:
     """Refuse, before a flush writes anything, a string longer than its column or an integer
     outside a 32-bit column: PostgreSQL would refuse them with a DataError mid-transaction,

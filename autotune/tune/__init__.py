@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
     from .search import rerank_finalists, sdpa_configs, study_name, tune_problem
     from .settings import SearchSettings
     from .tuning import best_config, tune
+    from .worker import run_worker
 
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
@@ -25,6 +26,7 @@ __all__ = [
     "SearchSettings",
     "best_config",
     "rerank_finalists",
+    "run_worker",
     "sdpa_configs",
     "study_name",
     "tune",
@@ -43,6 +45,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "sdpa_configs": ("search", "sdpa_configs"),
     "study_name": ("search", "study_name"),
     "tune_problem": ("search", "tune_problem"),
+    "run_worker": ("worker", "run_worker"),
 }
 
 

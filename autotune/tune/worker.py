@@ -1,0 +1,90 @@
+"""A tuning worker: takes the work items of its GPU model from the queue in the database
+(store.queue), runs the same search as `tune` on each, and marks it done, renewing its lease
+from a thread while the search runs. A worker killed at any point leaves its item running
+under a lease that runs out; the next worker that asks takes it again and resumes its studies
+(the trials a dead process left RUNNING are settled by the study, tune.study)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .._process import this_process
+from ..store.queue import QueuedItem, WorkQueue
+from ..store.repo import TuningStore
+from .backends import Backend
+from .search import TuneOutcome
+from .settings import SearchSettings
+from .tuning import tune
+
+
+@dataclass
+class WorkerReport:
+    name: str
+    done: list[QueuedItem] = field(default_factory=list)
+    failed: list[tuple[QueuedItem, str]] = field(default_factory=list)
+    lost: list[QueuedItem] = field(default_factory=list)  # lease ran out and another took it
+
+
+class _LeaseKeeper:
+    """Renews a lease every third of its length until stopped; notes if it was lost."""
+
+    def __init__(self, queue: WorkQueue, item: QueuedItem, worker: str, lease_s: float) -> None:
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(queue, item, worker, lease_s),
+                                        daemon=True, name=f"lease-{item.id}")
+        self._thread.start()
+
+    def _run(self, queue: WorkQueue, item: QueuedItem, worker: str, lease_s: float) -> None:
+        while not self._stop.wait(lease_s / 3):
+            try:
+                if not queue.renew(item.id, worker, lease_s):
+                    self.lost = True
+                    return
+            except Exception:  # the database is away for a moment: the next renewal retries
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
+               wait: bool = False, poll_s: float = 2.0, name: str | None = None,
+               on_item: Callable[[QueuedItem], None] | None = None,
+               on_outcome: Callable[[TuneOutcome], None] | None = None) -> WorkerReport:
+    """Take and tune items of the backend's GPU model until none is left to take (with `wait`,
+    until none of them is queued or running either: an item whose worker died is taken again
+    once its lease runs out)."""
+    queue = WorkQueue(TuningStore(db))
+    device = backend.device()
+    report = WorkerReport(name or this_process().describe())
+    while True:
+        item = queue.take(device, report.name, lease_s)
+        if item is None:
+            if wait and queue.pending(device):
+                time.sleep(poll_s)
+                continue
+            return report
+        if on_item:
+            on_item(item)
+        keeper = _LeaseKeeper(queue, item, report.name, lease_s)
+        try:
+            settings = SearchSettings(**item.settings)
+            outcomes = tune(item.problem, db=db, backend=backend, settings=settings,
+                            families=list(item.families) or None, on_outcome=on_outcome)
+            ok = all(o.best for o in outcomes)
+            reason = "" if ok else "no config of any family was timed"
+        except Exception as exc:  # a failing item is a recorded result, not a dead worker
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
+        finally:
+            keeper.stop()
+        if not queue.finish(item.id, report.name, ok, reason) or keeper.lost:
+            report.lost.append(item)
+        elif ok:
+            report.done.append(item)
+        else:
+            report.failed.append((item, reason))

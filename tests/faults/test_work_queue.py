@@ -1,0 +1,142 @@
+"""The work queue of tuning (CPU, replay backend, real worker processes): `tune --enqueue` adds
+items for a GPU model, `worker` processes take each item exactly once, a worker killed mid-item
+(SIGKILL) leaves it to the next worker once its lease runs out, a worker of another GPU model
+takes nothing, and a worker that lost its lease cannot renew or end the item."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from autotune.cli.main import main
+from autotune.measure.records import DeviceInfo
+from autotune.model.problem import Problem
+from autotune.store.queue import WorkQueue
+from autotune.store.repo import TuningStore
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDING = REPO / "tests" / "data" / "sweep_sm80_llm_prefill_h200.json.gz"
+SET = ["--shapes", "llm-prefill", "--head-dim", "128", "--dtype", "fp16", "--causal", "false"]
+H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+
+
+def _worker(url: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--replay",
+                             str(RECORDING), "--db", url, *extra], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _enqueue(url: str, *extra: str) -> None:
+    assert main(["tune", "--enqueue", "--replay", str(RECORDING), *SET, "--without-sdpa",
+                 "--db", url, *extra]) == 0
+
+
+def _count(url: str, sql: str) -> int:
+    with create_engine(url).connect() as c:
+        return int(c.execute(text(sql)).scalar_one())
+
+
+def test_two_workers_take_each_item_once(tmp_path: Path) -> None:
+    _two_workers(f"sqlite:///{tmp_path}/q.db")
+
+
+@pytest.mark.postgres
+def test_two_workers_take_each_item_once_on_postgres(postgres_url: str) -> None:
+    _two_workers(postgres_url)
+
+
+def _two_workers(url: str) -> None:
+    _enqueue(url, "--trials", "3")
+    _enqueue(url, "--trials", "3")  # enqueueing again adds nothing
+    assert _count(url, "select count(*) from work_items") == 8
+    workers = [_worker(url) for _ in range(2)]
+    for w in workers:
+        out, _ = w.communicate(timeout=600)
+        assert w.returncode == 0, out[-2000:]
+    items = WorkQueue(TuningStore(url)).items()
+    assert [i.state for i in items] == ["done"] * 8
+    assert all(i.attempts == 1 for i in items)
+    assert _count(url, "select count(*) from best_configs") == 8
+    assert _count(url, "select count(*) from trials where state = 'RUNNING'") == 0
+
+
+def test_a_killed_workers_item_is_finished_by_the_next_worker(tmp_path: Path) -> None:
+    _killed_worker(f"sqlite:///{tmp_path}/q.db")
+
+
+@pytest.mark.postgres
+def test_a_killed_workers_item_is_finished_by_the_next_worker_on_postgres(
+        postgres_url: str) -> None:
+    _killed_worker(postgres_url)
+
+
+def _killed_worker(url: str) -> None:
+    _enqueue(url, "--trials", "60", "--sampler", "grid")
+    victim = _worker(url, "--lease", "2")
+    deadline = time.monotonic() + 120
+    while _count(url, "select count(*) from work_items where state = 'running'") == 0:
+        assert time.monotonic() < deadline and victim.poll() is None
+        time.sleep(0.05)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    rescuer = _worker(url, "--lease", "2", "--wait")
+    out, _ = rescuer.communicate(timeout=600)
+    assert rescuer.returncode == 0, out[-2000:]
+    items = WorkQueue(TuningStore(url)).items()
+    assert [i.state for i in items] == ["done"] * 8
+    retaken = [i for i in items if i.attempts == 2]
+    assert len(retaken) == 1 and "lease" in (retaken[0].message or "")
+    assert _count(url, "select count(*) from best_configs") == 8
+    # the killed worker's running trials were settled by the study, not left RUNNING
+    assert _count(url, "select count(*) from trials where state = 'RUNNING'") == 0
+
+
+def test_a_worker_takes_only_its_gpu_models_items(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/q.db"
+    _enqueue(url, "--trials", "3", "--for-gpu", "NVIDIA A100-SXM4-80GB:80:108")
+    out, _ = _worker(url).communicate(timeout=600)
+    assert "0 done, 0 failed" in out
+    items = WorkQueue(TuningStore(url)).items()
+    assert len(items) == 8 and {i.state for i in items} == {"queued"}
+    assert {i.gpu_model for i in items} == {"NVIDIA A100-SXM4-80GB (sm_80, 108 SMs)"}
+
+
+def test_a_worker_that_lost_its_lease_changes_nothing(tmp_path: Path) -> None:
+    queue = WorkQueue(TuningStore(f"sqlite:///{tmp_path}/q.db"))
+    problem = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
+    assert queue.enqueue(H200, [problem], [], {"trials": 3}) == (1, 0)
+    first = queue.take(H200, "first", lease_s=0.01)
+    assert first is not None and first.attempts == 1
+    time.sleep(0.05)
+    second = queue.take(H200, "second", lease_s=60)
+    assert second is not None and second.id == first.id and second.attempts == 2
+    assert "first" in (second.message or "")
+    assert not queue.renew(first.id, "first", 60)
+    assert not queue.finish(first.id, "first", ok=True)
+    assert queue.take(H200, "third", lease_s=60) is None  # held, and within its lease
+    assert queue.finish(second.id, "second", ok=True)
+    assert [i.state for i in queue.items()] == ["done"]
+
+
+def test_an_item_whose_problem_row_is_broken_is_failed_not_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/q.db"
+    queue = WorkQueue(TuningStore(url))
+    problems = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
+                Problem(4, 16, 16, 1024, 1024, 128, "fp16", False)]
+    queue.enqueue(H200, problems, [], {"trials": 3})
+    with create_engine(url).begin() as c:  # a hostile row: heads_q 0
+        c.execute(text("update problems set heads_q = 0 where seqlen_q = 2048"))
+    taken = queue.take(H200, "w", lease_s=60)
+    assert taken is not None and taken.problem == problems[1]
+    with create_engine(url).connect() as c:
+        state, message = c.execute(text(
+            "select w.state, w.message from work_items w join problems p on p.id = w.problem_id "
+            "where p.seqlen_q = 2048")).one()
+    assert state == "failed" and "not a valid problem" in message
