@@ -304,15 +304,16 @@ def _migrate(engine: Engine) -> tuple[str | None, str]:
 
 def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     revision = current_revision(engine)
-    if revision is None:
-        # Made by no one yet, or being made by another process right now: decide under the
-        # schema lock, which the creator holds until its schema is whole.
+    head = head_revision()
+    if revision != head:
+        # Made by no one yet, being made or migrated by another process right now (its steps
+        # land one at a time), or old: decide under the schema lock, which a creator holds until
+        # its schema is whole.
         with schema_lock(url, create=create):
             revision = current_revision(engine)
             if revision is None:
                 _new_schema(engine, url, create=create)
                 return
-    head = head_revision()
     if revision == head:
         return
     if revision in known_revisions():

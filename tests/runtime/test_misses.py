@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -267,25 +268,36 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_an_insert_that_loses_a_race_is_retried(url: str) -> None:
-    """Another process inserts the same row between this one's look-up and its insert: the
-    IntegrityError is retried once, and both counts are kept. On SQLite the race is on the
-    problem row (the first write of a transaction holds the file's write lock until commit);
-    on PostgreSQL on the miss row itself (its problem exists already)."""
+    """Another process inserts the same row between this one's look-up and its insert. On
+    PostgreSQL (the race is on the miss row itself: its problem exists already) the
+    IntegrityError is retried once; on SQLite a writable transaction holds the file's write
+    lock from its start (BEGIN IMMEDIATE), so the other writer waits for this one's commit.
+    Either way both counts are kept."""
     mine, theirs = TuningStore(url), TuningStore(url)
     postgres = mine.engine.dialect.name == "postgresql"
     if postgres:
         theirs.add_misses([(A100, Q, "sdpa", 1, T0, T0)])  # the problem row, not the miss
     table = "runtime_misses" if postgres else "problems"
     raced: list[str] = []
+    waiting: list[threading.Thread] = []
+
+    def their_insert() -> None:
+        theirs.add_misses([(H200, Q, "nearest", 100, T0, T0)])
 
     @event.listens_for(mine.engine, "before_cursor_execute")
     def interleave(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if not raced and statement.startswith(f"INSERT INTO {table}"):
             raced.append(statement)
-            theirs.add_misses([(H200, Q, "nearest", 100, T0, T0)])
+            if postgres:
+                their_insert()
+            else:  # it blocks on the write lock until this transaction commits
+                waiting.append(threading.Thread(target=their_insert))
+                waiting[0].start()
 
     assert mine.add_misses([(H200, Q, "nearest", 1, T0 + timedelta(hours=1),
                              T0 + timedelta(hours=1))]) == 1
+    for thread in waiting:
+        thread.join(timeout=60)
     assert raced
     records = {(m.device_name, m.path): m for m in theirs.list_misses()}
     mine_too = records["NVIDIA H200", "nearest"]
