@@ -16,7 +16,7 @@ import torch
 
 import autotune
 from autotune.measure.kvcache_inputs import KVCase, make_kv_inputs
-from autotune.measure.reference import reference_attention, reference_with_kvcache
+from autotune.measure.reference import reference_attention
 from autotune.model.config import Config
 from autotune.model.problem import Problem
 from autotune.model.space import load_space
@@ -26,15 +26,14 @@ from autotune.runtime.kvcache import decode_kernel
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 
+from .test_decode_gpu import _check
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available()
                        or torch.cuda.get_device_capability() != (9, 0),
                        reason="decode90 runs on compute capability 9.0 only"),
 ]
-
-TOL = {"fp16": 1e-3, "bf16": 8e-3}
-
 
 def _config(head_dim: int, dtype: str, causal: bool, bm: int, bn: int, wgs: int, stages: int,
             overlap: bool) -> Config:
@@ -80,21 +79,6 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
     return cases
 
 
-def _check(out: torch.Tensor, lse: torch.Tensor | None, inputs: Any, case: KVCase) -> None:
-    ref, ref_lse = reference_with_kvcache(
-        inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=None, block_table=None,
-        causal=case.causal, scale=1 / math.sqrt(case.head_dim), layout=case.layout)
-    got = out if case.layout == "bhld" else out.transpose(1, 2)
-    assert bool(torch.isfinite(out).all()), f"{case.describe()}: non-finite output"
-    denom = max(float(torch.linalg.vector_norm(ref)), 1e-6)
-    err = float(torch.linalg.vector_norm(got.float() - ref)) / denom
-    assert err < TOL[case.dtype], f"{case.describe()}: relative error {err:.3e}"
-    if lse is not None:
-        dead = torch.isinf(ref_lse)
-        assert bool(torch.isneginf(lse[dead]).all()), f"{case.describe()}: LSE of empty rows"
-        torch.testing.assert_close(lse[~dead], ref_lse[~dead], atol=2e-3, rtol=1e-4)
-
-
 def _kernel(config: Config) -> Any:
     return decode_kernel(config, head_dim=int(config["head_dim"]), dtype=str(config["dtype"]),
                          causal=bool(config["causal"]), device=0)
@@ -109,7 +93,7 @@ def test_full_caches_and_splits_match_the_reference(config: Config) -> None:
         out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
                                        layout=case.layout, out=out, return_lse=True,
                                        num_splits=splits)
-        _check(out, lse, inputs, case)
+        _check(out, lse, inputs, case, None)  # the decode tests' check, full caches
 
 
 def test_cache_operands_it_cannot_read_are_refused() -> None:
