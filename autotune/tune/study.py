@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,7 +88,8 @@ class Study:
         self.name = name
         self.space = space
         self.fixed = dict(fixed)
-        self._study = optuna.create_study(study_name=name, storage=optuna_storage(url),
+        self._storage = optuna_storage(url)
+        self._study = optuna.create_study(study_name=name, storage=self._storage,
                                           direction="minimize",
                                           sampler=sampler, load_if_exists=True)
         if self._study.metric_names is None:
@@ -103,26 +105,37 @@ class Study:
 
     def settle_abandoned(self, store: TuningStore, device: DeviceInfo,
                          problem: Problem) -> None:
-        """Settle the RUNNING trials of processes that are gone (same host, dead pid): told the
-        value their process already stored in the database, else failed as "interrupted" with
-        the reason. A trial of a live process, or of another host, is never touched."""
+        """Settle the RUNNING trials of processes that are gone (same host, dead pid) or silent
+        (no heartbeat for GRACE_S seconds, any host): told the value their process already
+        stored in the database, else failed as "interrupted" with the reason. A trial of a live
+        process (beating, or on this host and running) is never touched."""
         import optuna
         from optuna.trial import TrialState
 
         study = self._study
+        stale = set(self._storage._get_stale_trial_ids(study._study_id)
+                    if self._storage is not None else ())
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.from_json(frozen.user_attrs.get("owner"))
-            if owner is None or not is_gone(owner):
+            if owner is None:
+                continue
+            if is_gone(owner):
+                why = f"{owner.describe()} died before this trial finished"
+            elif frozen._trial_id in stale:
+                why = (f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
+                       "process or its host died, or lost the database)")
+            else:
                 continue
             try:
-                self._settle(study, frozen, owner, store, device, problem)
+                self._settle(study, frozen, owner, why, store, device, problem)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another session settled it first
 
     @staticmethod
-    def _settle(study: Any, frozen: Any, owner: Owner, store: TuningStore, device: DeviceInfo,
-                problem: Problem) -> None:
-        """Tell one abandoned trial: the value its process stored, else a failure."""
+    def _settle(study: Any, frozen: Any, owner: Owner, why: str, store: TuningStore,
+                device: DeviceInfo, problem: Problem) -> None:
+        """Tell one abandoned trial (`why`: how its process was found gone): the value its
+        process stored, else a failure with that reason."""
         import optuna
         from optuna.trial import TrialState
 
@@ -137,13 +150,12 @@ class Study:
         value = measured.median_us if measured is not None else None
         if value is not None:
             trial.set_user_attr("status", Status.OK.value)
-            trial.set_user_attr("reason", f"measured by {owner.describe()}, which died "
-                                "before telling the study; told by a later session")
+            trial.set_user_attr("reason", f"measured by {owner.describe()}, which did not tell "
+                                f"the study ({why}); told by a later session")
             study.tell(frozen.number, value)
         else:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
-            trial.set_user_attr("reason", f"{owner.describe()} died before this trial "
-                                "finished")
+            trial.set_user_attr("reason", why)
             study.tell(frozen.number, state=TrialState.FAIL)
 
     def knowledge(self, build_key: Callable[[Config], str]) -> Knowledge:
@@ -192,7 +204,12 @@ class Study:
 
     def ask(self) -> Proposal:
         """The next config: the oldest queued one, else the sampler's."""
-        trial = self._study.ask(self._distributions)
+        with warnings.catch_warnings():
+            # "Heartbeat of storage is supposed to be used with Study.optimize": our own thread
+            # beats for the trials we ask (_Heartbeats)
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            trial = self._study.ask(self._distributions)
+        _heartbeats.add(self._storage, trial._trial_id)
         trial.set_user_attr("owner", this_process().as_json())
         config = self.space.config(**self.fixed, **trial.params)
         trial.set_user_attr("digest", config.digest)
@@ -209,6 +226,7 @@ class Study:
         from optuna.trial import TrialState
 
         trial = self._running.pop(proposal.number)
+        _heartbeats.remove(trial._trial_id)
         trial.set_user_attr("status", outcome.status.value)
         if outcome.value is None:
             trial.set_user_attr("reason", outcome.reason)
@@ -244,11 +262,20 @@ _storages: dict[str, Any] = {}
 _storages_lock = threading.Lock()
 
 
+# A running trial's heartbeat (Optuna's, recorded by our own thread: Optuna beats only inside
+# optimize(), and the search asks and tells). A trial whose last beat is older than the grace
+# period, by the database's clock, is settled by the next session that opens its study, from
+# any host: its process, or its host, died or lost the database.
+HEARTBEAT_S = 20
+GRACE_S = 120
+
+
 def optuna_storage(url: str | None) -> Any:
-    """Optuna's storage in the tuning database at `url` (None: in memory), one per process.
-    Optuna creates its tables on first use: that happens under the schema lock, so processes
-    that open a new database together do not race on it; on SQLite its transactions then begin
-    with BEGIN IMMEDIATE like ours (two processes cannot both take one queued trial)."""
+    """Optuna's storage in the tuning database at `url` (None: in memory), one per process,
+    with heartbeats. Optuna creates its tables on first use: that happens under the schema
+    lock, so processes that open a new database together do not race on it; on SQLite its
+    transactions then begin with BEGIN IMMEDIATE like ours (two processes cannot both take one
+    queued trial)."""
     if url is None:
         return None
     import optuna
@@ -256,11 +283,57 @@ def optuna_storage(url: str | None) -> Any:
     with _storages_lock:
         storage = _storages.get(url)
         if storage is None:
-            with schema_lock(url):
-                storage = optuna.storages.RDBStorage(url)
+            with schema_lock(url), warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
+                                                     grace_period=GRACE_S)
             sqlite_immediate_writes(storage.engine)
             _storages[url] = storage
     return storage
+
+
+class _Heartbeats:
+    """One daemon thread per process that records a heartbeat of every trial this process
+    has asked and not told, every HEARTBEAT_S seconds (a beat that fails is retried at the
+    next one)."""
+
+    def __init__(self) -> None:
+        self._trials: dict[int, Any] = {}  # trial id -> its storage
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, storage: Any, trial_id: int) -> None:
+        if storage is None:
+            return
+        self._beat(storage, trial_id)
+        with self._lock:
+            self._trials[trial_id] = storage
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="optuna-heartbeats")
+                self._thread.start()
+
+    def remove(self, trial_id: int) -> None:
+        with self._lock:
+            self._trials.pop(trial_id, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            with self._lock:
+                beating = list(self._trials.items())
+            for trial_id, storage in beating:
+                self._beat(storage, trial_id)
+
+    @staticmethod
+    def _beat(storage: Any, trial_id: int) -> None:
+        try:
+            storage.record_heartbeat(trial_id)
+        except Exception:  # told meanwhile, or the database away for a moment
+            pass
+
+
+_heartbeats = _Heartbeats()
 
 
 def counted(trials: Sequence[Any]) -> int:
