@@ -73,7 +73,10 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
             on_item(item)
         keeper = _LeaseKeeper(queue, item, report.name, lease_s)
         try:
-            settings = SearchSettings(**item.settings)
+            # An item taken again completes its studies' budget (the trials its killed worker
+            # ran count) instead of adding a budget to it: re-running an item measures nothing
+            # twice (measurements already stored are reused).
+            settings = SearchSettings(**{**item.settings, "resume": True})
             outcomes = tune(item.problem, db=db, backend=backend, settings=settings,
                             families=list(item.families) or None, on_outcome=on_outcome)
             ok = all(o.best for o in outcomes)

@@ -140,3 +140,20 @@ def test_an_item_whose_problem_row_is_broken_is_failed_not_run(tmp_path: Path) -
             "select w.state, w.message from work_items w join problems p on p.id = w.problem_id "
             "where p.seqlen_q = 2048")).one()
     assert state == "failed" and "not a valid problem" in message
+
+
+def test_a_worker_completes_an_items_budget_rather_than_adding_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An item taken again runs with `resume`: the trials its killed worker ran count towards
+    its budget (a plain `tune` would add the budget again and measure more configs)."""
+    from autotune.tune import worker as worker_module
+    from autotune.tune.backends import ReplayBackend
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    _enqueue(url, "--trials", "3")
+    seen = []
+    monkeypatch.setattr(worker_module, "tune",
+                        lambda problem, **kwargs: seen.append(kwargs["settings"]) or [])
+    report = worker_module.run_worker(url, ReplayBackend([RECORDING]))
+    assert len(seen) == 8 and all(s.resume and s.trials == 3 for s in seen)
+    assert len(report.done) == 8
