@@ -36,7 +36,14 @@ from .models import (
     check_row_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
-from .schema import database_error, default_url, ensure_schema, head_revision, open_engine
+from .schema import (
+    READ_ONLY,
+    database_error,
+    default_url,
+    ensure_schema,
+    head_revision,
+    open_engine,
+)
 
 __all__ = ["BrokenRow", "TuningStore", "problem_distance"]
 
@@ -207,11 +214,24 @@ class TuningStore:
             self.engine = open_engine(self.url, create=create)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", check_column_bounds)
+        # Lookups only read: on SQLite they begin a plain (deferred) transaction, so a reader
+        # (dispatch, `best`) never waits for a writer's lock, nor holds one (store.schema).
+        self._read_sessions = sessionmaker(self.engine.execution_options(**READ_ONLY),
+                                           expire_on_commit=False)
 
     @contextmanager
     def _transaction(self) -> Iterator[Session]:
         try:
             with self._sessions() as session, session.begin():
+                yield session
+        except DBAPIError as exc:
+            raise database_error(self.url, exc) from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        """A transaction that only reads (see __init__)."""
+        try:
+            with self._read_sessions() as session, session.begin():
                 yield session
         except DBAPIError as exc:
             raise database_error(self.url, exc) from None
@@ -432,7 +452,7 @@ class TuningStore:
 
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             row = self._best_row(s, device, problem)
             return self._record(row) if row is not None else None
 
@@ -441,7 +461,7 @@ class TuningStore:
         """(device name, problem) -> artifact key of the build each best was timed with; rows
         without one (imported, or timed before builds were recorded) are left out. Kept apart
         from the records, which dispatch reads: it costs two more queries."""
-        with self._transaction() as s:
+        with self._reading() as s:
             query = (select(BestConfig.id, Build.artifact_key).select_from(BestConfig)
                      .join(Measurement, Measurement.id == BestConfig.measurement_id)
                      .join(Build, Build.id == Measurement.build_id))
@@ -459,7 +479,7 @@ class TuningStore:
         With `current_key` (the backend's build key of a config): also False when the study's
         last built search trial ran a build other than the one the current kernel sources,
         toolchain and flags make, so a kernel update is searched again rather than trusted."""
-        with self._transaction() as s:
+        with self._reading() as s:
             best = s.execute(_of_device(
                 select(BestConfig.problem_id, BestConfig.measurement_id)
                 .join(BestConfig.device).join(BestConfig.problem)
@@ -497,7 +517,7 @@ class TuningStore:
                                    problem.kv_cache)))
         if family is not None:
             query = query.join(BestConfig.config).where(KernelConfig.family == family)
-        with self._transaction() as s:
+        with self._reading() as s:
             candidates = [(_distance(problem, *sizes), best_id)
                           for best_id, *sizes in s.execute(_of_device(query, device))]
             if not candidates:
@@ -527,13 +547,13 @@ class TuningStore:
                     .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
                            Measurement.status == Status.OK, KernelConfig.family != "sdpa",
                            Measurement.median_us < Measurement.baseline_us))
-        with self._transaction() as s:
+        with self._reading() as s:
             return {family for family, seqlen_q in s.execute(best.union(measured))
                     if bucket(seqlen_q) == lq}
 
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             return self._records(s, device)
 
     def _records(self, s: Session, device: DeviceInfo | str | None) -> list[BestRecord]:
@@ -549,7 +569,7 @@ class TuningStore:
         return records
 
     def broken_rows(self) -> list[str]:
-        with self._transaction() as s:
+        with self._reading() as s:
             problems = []
             for row in self._best_rows(s, None):
                 try:
@@ -670,7 +690,7 @@ class TuningStore:
         """Every timed (ok) measurement of `problem` on this GPU model, of every phase and
         family (torch SDPA's included), oldest first; rows whose config fails validation are
         left out."""
-        with self._transaction() as s:
+        with self._reading() as s:
             query = self._model_measurements(device, problem).where(
                 Measurement.status == Status.OK)
             found = []
@@ -686,7 +706,7 @@ class TuningStore:
         model, whatever their status: the run of re-rank measurements of the problem that ends
         at its newest one (a re-ranking records its finalists one after the other, each config
         once)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             rows = list(s.scalars(self._model_measurements(device, problem)))
             session: list[TrialResult] = []
             seen: set[str] = set()
@@ -710,7 +730,7 @@ class TuningStore:
         """What the stored best of `problem` on this GPU model was timed under: the
         environment of the measurement it points to, else the torch and cuDNN versions kept
         with the best row; None when neither is known (an imported row, an older schema)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             row = self._best_row(s, device, problem)
             if row is None:
                 return None
@@ -728,7 +748,7 @@ class TuningStore:
                         backend: str = "default") -> BaselineTiming | None:
         """The newest timing of one torch SDPA backend on `problem` on this GPU model. Reads
         only (`latest_baselines` creates the device and problem rows it does not find)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             query = (select(Baseline).join(Device, Baseline.device_id == Device.id)
                      .join(ProblemRow, Baseline.problem_id == ProblemRow.id)
                      .where(*same_gpu(device), Baseline.backend == backend,
@@ -794,7 +814,7 @@ class TuningStore:
                     limit: int | None = None) -> list[MissRecord]:
         """Stored runtime misses, the most frequent first (of one GPU model: name, compute
         capability and SM count; of a device name; or of every device)."""
-        with self._transaction() as s:
+        with self._reading() as s:
             query = select(RuntimeMiss).options(joinedload(RuntimeMiss.problem))
             if isinstance(device, str):
                 query = query.where(RuntimeMiss.device_name == device)

@@ -1,8 +1,8 @@
 """Open the tuning database: resolve its URL, configure SQLite, apply or demand migrations.
 
 The default is a SQLite file in the user's cache directory, in WAL mode so that a reader (a
-`best` query, runtime dispatch) never blocks a tuning session that is writing. Any SQLAlchemy
-URL works (`--db URL` or $CUTE_AUTOTUNE_DB), PostgreSQL included.
+`best` query, runtime dispatch's lookups) never blocks a tuning session that is writing. Any
+SQLAlchemy URL works (`--db URL` or $CUTE_AUTOTUNE_DB), PostgreSQL included.
 
 Several processes may open one database at once (tuning workers, dispatch): creating or
 migrating the schema happens under a lock (a lock file beside a SQLite database, an advisory
@@ -176,8 +176,15 @@ def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Eng
         if create and immediate:
             @event.listens_for(engine, "begin")
             def _sqlite_begin_immediate(connection: Any) -> None:
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                reads_only = connection.get_execution_options().get(READ_ONLY_OPTION)
+                connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
     return engine
+
+
+# An execution option of an engine (`engine.execution_options(**READ_ONLY)`) whose transactions
+# only read: on SQLite they begin deferred, taking no write lock.
+READ_ONLY_OPTION = "cute_autotune_reads_only"
+READ_ONLY = {READ_ONLY_OPTION: True}
 
 
 # How long a SQLite connection waits for another process's write lock before it fails.

@@ -77,3 +77,30 @@ def test_a_reader_of_a_database_being_created_waits_for_it(tmp_path: Path) -> No
         out, _ = proc.communicate(timeout=600)
         assert "damaged" not in out and "Traceback" not in out, out[-2000:]
     assert all(p.returncode == 0 for p in tuners)
+
+
+def test_a_lookup_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """While another connection holds SQLite's write lock (a tuner mid-write), dispatch's and
+    `best`'s lookups answer at once: they begin deferred, only writes begin IMMEDIATE."""
+    import sqlite3
+    import time
+
+    from autotune.model.problem import Problem
+    from autotune.store.records import DeviceInfo
+    from autotune.store.repo import TuningStore
+
+    path = tmp_path / "t.db"
+    store = TuningStore(f"sqlite:///{path}")
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        start = time.monotonic()
+        device = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+        problem = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
+        assert store.best(device, problem) is None
+        assert store.list_best() == []
+        assert store.nearest(device, problem) is None
+        assert time.monotonic() - start < 5
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
