@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar, TypeVarTuple, cast
 
@@ -220,21 +220,17 @@ class TuningStore:
                                            expire_on_commit=False)
 
     @contextmanager
-    def _transaction(self) -> Iterator[Session]:
+    def _transaction(self, *, reads_only: bool = False) -> Iterator[Session]:
+        """One transaction; `reads_only` for a lookup (see __init__)."""
+        sessions = self._read_sessions if reads_only else self._sessions
         try:
-            with self._sessions() as session, session.begin():
+            with sessions() as session, session.begin():
                 yield session
         except DBAPIError as exc:
             raise database_error(self.url, exc) from None
 
-    @contextmanager
-    def _reading(self) -> Iterator[Session]:
-        """A transaction that only reads (see __init__)."""
-        try:
-            with self._read_sessions() as session, session.begin():
-                yield session
-        except DBAPIError as exc:
-            raise database_error(self.url, exc) from None
+    def _reading(self) -> AbstractContextManager[Session]:
+        return self._transaction(reads_only=True)
 
     # -- get-or-create helpers (inside a transaction) ---------------------------------------
 
