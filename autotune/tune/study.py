@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .._process import Owner, is_gone, this_process
@@ -115,11 +116,18 @@ class Study:
         study = self._study
         stale = set(self._storage._get_stale_trial_ids(study._study_id)
                     if self._storage is not None else ())
+        now = datetime.now()  # Optuna stamps a trial's start in local time
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.from_json(frozen.user_attrs.get("owner"))
             if owner is None:
-                continue
-            if is_gone(owner):
+                # A process names itself on a trial right after asking it: one that has no
+                # name long after its start was asked by a process killed in between.
+                started = frozen.datetime_start
+                if started is None or (now - started).total_seconds() < ORPHAN_S:
+                    continue
+                why = (f"its process died between asking it (at {started:%Y-%m-%d %H:%M:%S}) "
+                       "and naming itself on it")
+            elif is_gone(owner):
                 why = f"{owner.describe()} died before this trial finished"
             elif frozen._trial_id in stale:
                 why = (f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
@@ -132,7 +140,7 @@ class Study:
                 continue  # another session settled it first
 
     @staticmethod
-    def _settle(study: Any, frozen: Any, owner: Owner, why: str, store: TuningStore,
+    def _settle(study: Any, frozen: Any, owner: Owner | None, why: str, store: TuningStore,
                 device: DeviceInfo, problem: Problem) -> None:
         """Tell one abandoned trial (`why`: how its process was found gone): the value its
         process stored, else a failure with that reason."""
@@ -150,8 +158,9 @@ class Study:
         value = measured.median_us if measured is not None else None
         if value is not None:
             trial.set_user_attr("status", Status.OK.value)
-            trial.set_user_attr("reason", f"measured by {owner.describe()}, which did not tell "
-                                f"the study ({why}); told by a later session")
+            by = owner.describe() if owner is not None else "a process"
+            trial.set_user_attr("reason", f"measured by {by}, which did not tell the study "
+                                f"({why}); told by a later session")
             study.tell(frozen.number, value)
         else:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
@@ -268,6 +277,9 @@ _storages_lock = threading.Lock()
 # any host: its process, or its host, died or lost the database.
 HEARTBEAT_S = 20
 GRACE_S = 120
+# A RUNNING trial that names no owner this long after its start was asked by a process killed
+# before it could name itself (a window of milliseconds).
+ORPHAN_S = 60
 
 
 def optuna_storage(url: str | None) -> Any:

@@ -65,3 +65,22 @@ def test_a_told_trial_stops_beating(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(beats._trials) == 1
     study.tell(proposal, Outcome(Status.OK, 100.0))
     assert beats._trials == {}
+
+
+def test_a_trial_whose_process_died_before_naming_itself_is_settled_by_age(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process killed between Optuna's ask and its own name on the trial leaves a RUNNING
+    trial with no owner: settled once it is older than ORPHAN_S (a live process names itself
+    within milliseconds); a younger one is left alone."""
+    url = f"sqlite:///{tmp_path}/h.db"
+    store = TuningStore(url)
+    _study(url)  # creates the study
+    raw = optuna.load_study(study_name="s", storage=url)
+    orphan = raw.ask()  # no owner, no heartbeat: the kill landed right after the ask
+    _study(url).settle_abandoned(store, H200, PROBLEM)
+    assert raw.trials[orphan.number].state == optuna.trial.TrialState.RUNNING  # too young
+    monkeypatch.setattr(study_module, "ORPHAN_S", 0)
+    _study(url).settle_abandoned(store, H200, PROBLEM)
+    settled = optuna.load_study(study_name="s", storage=url).trials[orphan.number]
+    assert settled.state == optuna.trial.TrialState.FAIL
+    assert "naming itself" in settled.user_attrs["reason"]
