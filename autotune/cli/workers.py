@@ -22,10 +22,7 @@ from ..store.schema import default_url, describe
 from ..tune.settings import SearchSettings
 from .args import positive_float
 from .table import render_table
-
-
-def _model(device: DeviceInfo) -> str:
-    return f"{device.name} (sm_{device.compute_capability}, {device.sm_count} SMs)"
+from .tuning import _gpu_model
 
 
 def enqueue(db: str | None, device: DeviceInfo, problems: list[Problem], families: list[str],
@@ -33,7 +30,7 @@ def enqueue(db: str | None, device: DeviceInfo, problems: list[Problem], familie
     """`tune ... --enqueue`: an item per problem for the GPU model of `device`."""
     queue = WorkQueue(TuningStore(db))
     added, kept = queue.enqueue(device, problems, families, dataclasses.asdict(settings))
-    print(f"enqueued {added} problems for {_model(device)} in {describe(db or default_url())}"
+    print(f"enqueued {added} problems for {_gpu_model(device)} in {describe(db or default_url())}"
           + (f" ({kept} already queued)" if kept else "")
           + "; run `cute-autotune worker --db URL` on a GPU of that model to tune them")
     return 0
@@ -55,7 +52,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         def started(item: QueuedItem) -> None:
             if not args.quiet:
-                print(f"[{_model(device)}] item {item.id}: {item.problem.describe()}"
+                print(f"[{_gpu_model(device)}] item {item.id}: {item.problem.describe()}"
                       + (f" (attempt {item.attempts})" if item.attempts > 1 else ""), flush=True)
 
         report = run_worker(args.db, backend, lease_s=args.lease, wait=args.wait,
@@ -105,7 +102,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     for item in items:
         counts[item.state] = counts.get(item.state, 0) + 1
     rows: list[list[Any]] = [
-        [item.id, item.problem.describe(), _model_of(item), item.state, item.worker or "-",
+        [item.id, item.problem.describe(), item.gpu_model, item.state, item.worker or "-",
          item.attempts, _age(item.enqueued_at, now),
          _age(item.started_at, now) if item.state == "running" else "-",
          item.message or ""]
@@ -116,10 +113,6 @@ def cmd_queue(args: argparse.Namespace) -> int:
     print("\n" + (", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
                   or "the queue is empty") + f" in {describe(args.db or default_url())}")
     return 0
-
-
-def _model_of(item: QueuedItem) -> str:
-    return item.gpu_model
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, and_, func, or_, select, update
@@ -24,8 +24,8 @@ from sqlalchemy.orm import joinedload
 
 from ..measure.records import DeviceInfo
 from ..model.problem import Problem
-from .models import ProblemRow, WorkItem
-from .repo import TuningStore, _problem_or_none, _utc
+from .models import ProblemRow, WorkItem, utcnow
+from .repo import TuningStore, _problem_or_none, _utc, same_gpu
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 
@@ -53,14 +53,8 @@ class QueuedItem:
         return f"{self.device_name} (sm_{self.compute_capability}, {self.sm_count} SMs)"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _of_model(device: DeviceInfo) -> tuple[Any, ...]:
-    return (WorkItem.device_name == device.name,
-            WorkItem.compute_capability == device.compute_capability,
-            WorkItem.sm_count == device.sm_count)
+    return same_gpu(device, WorkItem.device_name, WorkItem.compute_capability, WorkItem.sm_count)
 
 
 def _maybe_utc(moment: datetime | None) -> datetime | None:
@@ -99,14 +93,14 @@ class WorkQueue:
                                compute_capability=device.compute_capability,
                                sm_count=device.sm_count, problem_id=problem_id, families=names,
                                settings_json=json.dumps(settings, sort_keys=True),
-                               state=QUEUED, attempts=0, enqueued_at=_now()))
+                               state=QUEUED, attempts=0, enqueued_at=utcnow()))
                 added += 1
         return added, len(problems) - added
 
     def take(self, device: DeviceInfo, worker: str, lease_s: float) -> QueuedItem | None:
         """The oldest item of `device`'s GPU model that is queued or whose lease ran out, now
         held by `worker` for `lease_s` seconds; None when there is none."""
-        now = _now()
+        now = utcnow()
         with self.store._transaction() as s:
             query = (select(WorkItem).where(
                 *_of_model(device),
@@ -137,14 +131,14 @@ class WorkQueue:
         with self.store._transaction() as s:
             done = s.execute(update(WorkItem).where(
                 WorkItem.id == item_id, WorkItem.worker == worker, WorkItem.state == RUNNING)
-                .values(lease_until=_now() + timedelta(seconds=lease_s)))
+                .values(lease_until=utcnow() + timedelta(seconds=lease_s)))
             return bool(cast(CursorResult[Any], done).rowcount)
 
     def finish(self, item_id: int, worker: str, ok: bool, message: str = "") -> bool:
         """Mark `worker`'s item done (or failed, with the reason); False when it no longer
         holds it (its lease ran out and another worker took it)."""
         with self.store._transaction() as s:
-            values: dict[str, Any] = {"state": DONE if ok else FAILED, "finished_at": _now(),
+            values: dict[str, Any] = {"state": DONE if ok else FAILED, "finished_at": utcnow(),
                                       "lease_until": None}
             if message:  # else the item keeps its note (e.g. that it was taken again)
                 values["message"] = message[:2000]

@@ -169,15 +169,9 @@ def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Eng
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
             cursor.close()
-            if create and immediate:
-                # transactions are begun below, not by the driver
-                dbapi_connection.isolation_level = None
 
         if create and immediate:
-            @event.listens_for(engine, "begin")
-            def _sqlite_begin_immediate(connection: Any) -> None:
-                reads_only = connection.get_execution_options().get(READ_ONLY_OPTION)
-                connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
+            _begin_writes_immediately(engine)
     return engine
 
 
@@ -191,6 +185,20 @@ READ_ONLY = {READ_ONLY_OPTION: True}
 SQLITE_BUSY_MS = 30000
 
 
+def _begin_writes_immediately(engine: Engine) -> None:
+    """Transactions on this SQLite engine are begun here, not by the driver: BEGIN IMMEDIATE,
+    or a plain BEGIN for one run with READ_ONLY."""
+
+    @event.listens_for(engine, "connect")
+    def _driver_begins_nothing(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        reads_only = connection.get_execution_options().get(READ_ONLY_OPTION)
+        connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
+
+
 def sqlite_immediate_writes(engine: Engine) -> None:
     """Make an engine that another library created on a SQLite database (Optuna's storage)
     behave like ours: the busy timeout, and every transaction begun with BEGIN IMMEDIATE."""
@@ -198,16 +206,12 @@ def sqlite_immediate_writes(engine: Engine) -> None:
         return
 
     @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+    def _busy_timeout(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
         cursor.close()
-        dbapi_connection.isolation_level = None
 
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
+    _begin_writes_immediately(engine)
     engine.dispose()  # connections made before the hooks: gone
 
 
