@@ -157,3 +157,22 @@ def test_a_worker_completes_an_items_budget_rather_than_adding_one(
     report = worker_module.run_worker(url, ReplayBackend([RECORDING]))
     assert len(seen) == 8 and all(s.resume and s.trials == 3 for s in seen)
     assert len(report.done) == 8
+
+
+def test_the_queue_command_lists_items_by_state(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/q.db"
+    queue = WorkQueue(TuningStore(url))
+    problems = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
+                Problem(4, 16, 16, 1024, 1024, 128, "fp16", False)]
+    queue.enqueue(H200, problems, ["sm80"], {"trials": 3})
+    taken = queue.take(H200, "pid 7 on host-a", lease_s=60)
+    assert taken is not None
+    capsys.readouterr()
+    assert main(["queue", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "pid 7 on host-a" in out and "running" in out and "queued" in out
+    assert out.rstrip().endswith(f"1 queued, 1 running in {tmp_path}/q.db")
+    assert main(["queue", "--state", "queued", "--db", url]) == 0
+    listed = capsys.readouterr().out
+    assert "pid 7 on host-a" not in listed and problems[1].describe() in listed
