@@ -237,7 +237,7 @@ def gpu_model(text: str) -> DeviceInfo:
 
 
 def _gpu_model(device: DeviceInfo) -> str:
-    return f"{device.name} (sm_{device.compute_capability}, {device.sm_count} SMs)"
+    return device.model
 
 
 def frequent_misses(args: argparse.Namespace, device: DeviceInfo) -> list[Problem]:

@@ -22,7 +22,6 @@ from ..store.schema import default_url, describe
 from ..tune.settings import SearchSettings
 from .args import positive_float
 from .table import render_table
-from .tuning import _gpu_model
 
 
 def enqueue(db: str | None, device: DeviceInfo, problems: list[Problem], families: list[str],
@@ -30,7 +29,7 @@ def enqueue(db: str | None, device: DeviceInfo, problems: list[Problem], familie
     """`tune ... --enqueue`: an item per problem for the GPU model of `device`."""
     queue = WorkQueue(TuningStore(db))
     added, kept = queue.enqueue(device, problems, families, dataclasses.asdict(settings))
-    print(f"enqueued {added} problems for {_gpu_model(device)} in {describe(db or default_url())}"
+    print(f"enqueued {added} problems for {device.model} in {describe(db or default_url())}"
           + (f" ({kept} already queued)" if kept else "")
           + "; run `cute-autotune worker --db URL` on a GPU of that model to tune them")
     return 0
@@ -52,7 +51,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         def started(item: QueuedItem) -> None:
             if not args.quiet:
-                print(f"[{_gpu_model(device)}] item {item.id}: {item.problem.describe()}"
+                print(f"[{device.model}] item {item.id}: {item.problem.describe()}"
                       + (f" (attempt {item.attempts})" if item.attempts > 1 else ""), flush=True)
 
         report = run_worker(args.db, backend, lease_s=args.lease, wait=args.wait,

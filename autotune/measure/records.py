@@ -28,8 +28,17 @@ class DeviceInfo:
         """Short, stable identifier used in study names."""
         return f"{self.name.replace(' ', '_')}-sm{self.compute_capability}-{self.sm_count}sm"
 
+    @property
+    def model(self) -> str:
+        """The GPU model in words: name, compute capability and SM count."""
+        return gpu_model_words(self.name, self.compute_capability, self.sm_count)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def gpu_model_words(name: str, compute_capability: int, sm_count: int) -> str:
+    return f"{name} (sm_{compute_capability}, {sm_count} SMs)"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, and_, func, or_, select, update
 from sqlalchemy.orm import joinedload
 
-from ..measure.records import DeviceInfo
+from ..measure.records import DeviceInfo, gpu_model_words
 from ..model.problem import Problem
 from .models import ProblemRow, WorkItem, utcnow
 from .repo import TuningStore, _problem_or_none, _utc, same_gpu
@@ -50,7 +50,7 @@ class QueuedItem:
 
     @property
     def gpu_model(self) -> str:
-        return f"{self.device_name} (sm_{self.compute_capability}, {self.sm_count} SMs)"
+        return gpu_model_words(self.device_name, self.compute_capability, self.sm_count)
 
 
 def _of_model(device: DeviceInfo) -> tuple[Any, ...]:

@@ -28,6 +28,10 @@ class WorkerReport:
     lost: list[QueuedItem] = field(default_factory=list)  # lease ran out and another took it
 
 
+class LeaseLost(RuntimeError):
+    pass
+
+
 class _LeaseKeeper:
     """Renews a lease every third of its length until stopped; notes if it was lost."""
 
@@ -46,6 +50,12 @@ class _LeaseKeeper:
                     return
             except Exception:  # the database is away for a moment: the next renewal retries
                 continue
+
+    def check(self, _progress: object = None) -> None:
+        """Called after every trial: a worker whose lease ran out (another took the item)
+        stops the item here rather than measure beside the new holder."""
+        if self.lost:
+            raise LeaseLost("the lease ran out and another worker took the item")
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,7 +88,8 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
             # twice (measurements already stored are reused).
             settings = SearchSettings(**{**item.settings, "resume": True})
             outcomes = tune(item.problem, db=db, backend=backend, settings=settings,
-                            families=list(item.families) or None, on_outcome=on_outcome)
+                            families=list(item.families) or None, on_outcome=on_outcome,
+                            on_progress=keeper.check)
             ok = all(o.best for o in outcomes)
             reason = "" if ok else "no config of any family was timed"
         except Exception as exc:  # a failing item is a recorded result, not a dead worker

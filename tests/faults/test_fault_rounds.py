@@ -40,7 +40,7 @@ def _enqueue(url: str) -> None:
 
 def _worker(url: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--replay",
-                             str(RECORDING), "--db", url, "--lease", "2", "--wait", "--quiet"],
+                             str(RECORDING), "--db", url, "--lease", "5", "--wait", "--quiet"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 

@@ -176,3 +176,14 @@ def test_the_queue_command_lists_items_by_state(tmp_path: Path,
     assert main(["queue", "--state", "queued", "--db", url]) == 0
     listed = capsys.readouterr().out
     assert "pid 7 on host-a" not in listed and problems[1].describe() in listed
+
+
+def test_a_worker_that_lost_its_lease_stops_its_item_at_the_next_trial() -> None:
+    from autotune.tune import worker as worker_module
+
+    keeper = object.__new__(worker_module._LeaseKeeper)
+    keeper.lost = False
+    keeper.check()  # still its own: the search goes on
+    keeper.lost = True
+    with pytest.raises(worker_module.LeaseLost):
+        keeper.check()
