@@ -17,7 +17,9 @@ paged rows also time the contiguous winner's config on the paged cache.
 The search here is the family's own best kernel on each problem (the issue's measure); what
 dispatch runs is the tuned database's choice (`cute-autotune bench`). On an sm_90 GPU the
 contiguous rows search the decode90 family (the same design on wgmma + TMA) beside the decode
-family (`--families` picks), and each row names the family of its winner.
+family (`--families` picks), and each row names the family of its winner. A decode90
+winner whose splits a thread-block cluster reduces (`cluster`) is also timed in the same
+alternation with its splits reduced by the combine entry instead (`combine_entry_us`).
 """
 
 from __future__ import annotations
@@ -174,7 +176,16 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     want = sdpa().transpose(1, 2).float()
     rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
 
-    final = alternating({"ours": ours, "sdpa": sdpa})
+    calls = {"ours": ours, "sdpa": sdpa}
+    winner = Config.from_json(best)
+    kernel = decode_kernel(winner, head_dim=d, dtype=problem.dtype, causal=problem.causal,
+                           device=0)
+    clustered = int(kernel.plan(problem, [(0, 0, 0)] * 4, 1.0, num_splits=int(best_splits)
+                                ).cluster) if best_splits > 1 else 0
+    if clustered:  # the same winner with its splits reduced by the combine entry instead
+        calls["combine_entry"] = partial(_first, kernel.with_kvcache, q, k, v,
+                                         num_splits=int(best_splits), cluster_combine=False)
+    final = alternating(calls)
     # The roofline: min(680 TFLOP/s, FLOP per byte x the copy bandwidth), as a time.
     roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
     ranked = sorted(search, key=lambda n: search[n].median_us)
@@ -182,7 +193,8 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
            for n in ranked[:5]]
     rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline_us,
                 config_json, int(best_splits), rel, search[best].median_us, search_top=top,
-                candidates=len(search))]
+                candidates=len(search), cluster=clustered,
+                **({"combine_entry_us": round(final["combine_entry"], 2)} if clustered else {}))]
     if with_pages:
         # The contiguous winner of the family that reads pages (decode90 reads full caches only).
         paged_family_best = min((n for n in search if json.loads(n)["family"] == "decode"),
@@ -346,7 +358,8 @@ def main() -> int:
             rows.append(r)
             print(f"{r['shape']:<40} {r['cache']:<10} ours {r['ours_tb_s']:6.2f} TB/s  "
                   f"SDPA {r['sdpa_tb_s']:6.2f}  x{r['speedup']:5.2f}  roof "
-                  f"{r['roofline_fraction']:.2f}  {r['family']:<8} splits {r['num_splits']:3d}  "
+                  f"{r['roofline_fraction']:.2f}  {r['family']:<8} splits {r['num_splits']:3d}"
+                  f"{'c' if r.get('cluster') else ' '} "
                   f"rel {r['rel_err_vs_sdpa']:.1e}  [{time.time() - t0:.0f} s]", flush=True)
         torch.cuda.empty_cache()
         summary = write(args.json, rows, copy_bw)  # after every problem: a timeout keeps them

@@ -2,7 +2,8 @@
 timing itself (a one-element fill timed the same way), each decode family's call on a 128-key
 cache (next to nothing to stream) and on the bench's 8k-key cache at split counts 1, 8 and 16,
 and SDPA's default on both, all in one plain alternating check (L2 flushed before each call,
-median of 41). The 2.5 TB/s target at Lk=8k is 13.4 us for the whole call.
+median of 41). decode90's split calls reduce their splits in a thread-block cluster; each is
+also timed with the combine entry instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us for the whole call.
 
     python benchmarks/decode_floor.py --json OUT.json
 """
@@ -56,6 +57,10 @@ def main() -> int:
                 name = f"{family} Lk{lk} x{splits}"
                 calls[name] = partial(_first, kernel.with_kvcache, q, k, v, num_splits=splits)
                 sizes[name] = p.bytes
+                if splits > 1 and family == "decode90":  # the same without the cluster
+                    calls[f"{name} entry"] = partial(_first, kernel.with_kvcache, q, k, v,
+                                                     num_splits=splits, cluster_combine=False)
+                    sizes[f"{name} entry"] = p.bytes
     times = alternating(calls)
     rows = [{"call": name, "us": round(us, 2),
              "tb_s": round(sizes[name] / us / 1e6, 3) if name in sizes else None}

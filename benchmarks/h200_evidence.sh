@@ -692,8 +692,9 @@ decode90)
   # The decode90 family (issue 15), one call: what no carried pack holds compiled on all cores;
   # its GPU tests and the decode family's; then every decode90 build through `check` (PARTS
   # processes, each build at one of the split counts in turn) beside racecheck + synccheck on
-  # its structural variants; then, alone on the GPU, the decode bench of the problems with
-  # Lq >= MIN_LQ (both families searched; --extra's too).
+  # its structural variants; then, alone on the GPU, with FLOOR=1 the B=1 floor probe
+  # (decode_floor.py), and the decode bench of the problems with Lq >= MIN_LQ (both families
+  # searched; --extra's too).
   f=$OUT/decode90; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
   python3 -m autotune.cli compile --family decode90 --arch sm_90 --jobs 16 --quiet \
     > "$f/compile.txt" 2>&1; tail -n 1 "$f/compile.txt"
@@ -722,6 +723,11 @@ decode90)
     --command "bash benchmarks/h200_evidence.sh decode90: per head dim D in 64 128, python3 benchmarks/check_parts.py --family decode90 --head-dim D --causal both --splits 1 2 4 16 --parts ${PARTS:-2} --out /tmp/part90_D, then per part N: python3 -m autotune.cli check --config @/tmp/part90_D_N.json --arch sm_90 --seed 190+N --jobs 2"
   tail -q -n 2 "$f"/check_d*_[0-9]*.txt; echo "check + sanitizers at $(( $(date +%s) - t0 )) s"
   grep -E "SUMMARY|Error" "$f/decode90_sanitizers_h200.txt" | sort | uniq -c
+  if [ -n "${FLOOR:-}" ]; then
+    timeout 60 python3 benchmarks/decode_floor.py --json "$f/decode_floor_h200.json" \
+      > "$f/decode_floor_h200.txt" 2>&1; echo "floor rc $? at $(( $(date +%s) - t0 )) s"
+    cat "$f/decode_floor_h200.txt"
+  fi
   timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
     --json "$f/decode_bench_lq4plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
     > "$f/decode_bench_lq4plus_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"

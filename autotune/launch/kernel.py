@@ -72,25 +72,30 @@ class CompiledKernel:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                  scale: float | None = None, layout: str = "bhld",
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-                 return_lse: bool = False, num_splits: int | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 return_lse: bool = False, num_splits: int | None = None,
+                 cluster_combine: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention forward on the caller's current stream; returns (out, lse or None).
 
         `out` (same shape and layout as q) and `lse` (fp32 [B, Hq, Lq], contiguous) may be given
         to write into; otherwise they are allocated through torch's caching allocator.
         `num_splits` > 1 (kernels with split-KV only) splits the keys of each row over that many
-        CTAs, reduced by the kernel's combine entry; None: the config's own count.
+        CTAs; None: the config's own count. A kernel that can (decode90) reduces them inside a
+        thread-block cluster where the device fits one of that many CTAs; `cluster_combine`
+        False makes it use the combine entry instead (the two paths are tested against each
+        other).
         """
         problem = read_problem(q, k, v, causal=bool(self.config["causal"]), layout=layout)
         return self._launch(problem, q, k, v, scale=scale, layout=layout, out=out, lse=lse,
-                            return_lse=return_lse, num_splits=num_splits)
+                            return_lse=return_lse, num_splits=num_splits,
+                            cluster_combine=cluster_combine)
 
     def with_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
                      cache_seqlens: torch.Tensor | None = None,
                      block_table: torch.Tensor | None = None, scale: float | None = None,
                      layout: str = "blhd", out: torch.Tensor | None = None,
                      lse: torch.Tensor | None = None, return_lse: bool = False,
-                     num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     num_splits: int | None = None, cluster_combine: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of q against a KV cache (split-KV kernels only), nothing appended: the
         checked entry is `autotune.attention_with_kvcache` (runtime/kvcache.py), which also
         validates the cache tensors; this trusts them.
@@ -116,13 +121,14 @@ class CompiledKernel:
         return self._launch(problem, q, k_cache, v_cache, scale=scale, layout=layout, out=out,
                             lse=lse, return_lse=return_lse, num_splits=num_splits,
                             seqlens=cache_seqlens, block_table=block_table,
-                            page_size=page_size, table_stride=table_stride)
+                            page_size=page_size, table_stride=table_stride,
+                            cluster_combine=cluster_combine)
 
     def _launch(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                 scale: float | None, layout: str, out: torch.Tensor | None,
                 lse: torch.Tensor | None, return_lse: bool, num_splits: int | None,
                 seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-                page_size: int = 0, table_stride: int = 0
+                page_size: int = 0, table_stride: int = 0, cluster_combine: bool = True
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
@@ -154,14 +160,15 @@ class CompiledKernel:
                 num_splits > 1 and not self.split_kv):
             raise InputError(f"num_splits must be an int >= 1 (above 1 only for a split-KV "
                              f"kernel: the decode family); got {num_splits!r}")
+        plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
+                         page_size=page_size, block_table_stride=table_stride,
+                         cluster_combine=cluster_combine)
         o_partial = lse_partial = None
-        if num_splits > 1:
+        if num_splits > 1 and not plan.cluster:  # a cluster reduces its splits in-kernel
             rows = (num_splits, problem.batch, problem.heads_q, problem.seqlen_q)
             o_partial = torch.empty((*rows, problem.head_dim), device=q.device,
                                     dtype=torch.float32)
             lse_partial = torch.empty(rows, device=q.device, dtype=torch.float32)
-        plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
-                         page_size=page_size, block_table_stride=table_stride)
         plan.launch(ops[0].ptr, ops[1].ptr, ops[2].ptr, ops[3].ptr,
                     0 if lse is None else lse.data_ptr(),
                     torch.cuda.current_stream(q.device).cuda_stream,
@@ -173,11 +180,13 @@ class CompiledKernel:
 
     def plan(self, problem: Problem, strides: Sequence[tuple[int, int, int]],
              scale: float, *, num_splits: int = 1, page_size: int = 0,
-             block_table_stride: int = 0) -> Any:
+             block_table_stride: int = 0, cluster_combine: bool = True) -> Any:
         """A launch plan (launcher `Plan`) for this problem and these (batch, head, row) element
         strides of q, k, v, out: `plan.launch(q, k, v, out, lse, stream)` takes addresses
-        (and, for a KV-cache kernel, the lengths, the block table and the split workspaces)."""
+        (and, for a KV-cache kernel, the lengths, the block table and the split workspaces).
+        `plan.cluster` is the cluster size when the splits are reduced in-kernel (then no
+        workspaces are needed), else 0."""
         return self._kernel.plan(
             *strides, problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q,
             problem.seqlen_k, problem.head_dim, _DTYPE_CODES[problem.dtype], problem.causal,
-            scale, num_splits, page_size, block_table_stride)
+            scale, num_splits, page_size, block_table_stride, cluster_combine)

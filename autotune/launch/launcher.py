@@ -38,7 +38,8 @@ class LauncherBuildError(RuntimeError):
 def _sources() -> list[Path]:
     root = kernel_src_dir()
     return [root / "launcher" / "launcher.cpp", root / "fwd_params.h",
-            root / "common" / "launch_info.h", root / "common" / "tma_params.h"]
+            root / "common" / "launch_info.h", root / "common" / "tma_params.h",
+            root / "launcher" / "cluster_combine.h"]
 
 
 def _compiler() -> str:

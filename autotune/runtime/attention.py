@@ -374,7 +374,7 @@ def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.
                                 num_splits=splits)
     lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
     launch = plan.launch
-    if splits > 1:
+    if splits > 1 and not plan.cluster:  # a cluster reduces its splits in-kernel
         # The split workspaces come from the caching allocator on the caller's stream, so a
         # later call reuses them only after this launch's kernels (stream order).
         rows = (splits, *lse_shape)

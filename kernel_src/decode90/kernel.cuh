@@ -3,8 +3,13 @@
 // One CTA per (packed-row tile, split, KV head, batch), the decode family's grid (launch_info.h,
 // fwd_grid, pack_gqa and split_kv set): row r of a CTA is query (m0 + r) / group of query head
 // kv_head * group + (m0 + r) % group, so every K/V tile is read once for the whole group. A
-// split covers 1/num_splits of the key tiles; with num_splits > 1 it writes fp32 partial O and
-// LSE, which the decode family's combine entry reduces (the cubin's second entry).
+// split covers 1/num_splits of the key tiles. With num_splits > 1 the splits are reduced
+// either inside a thread-block cluster of num_splits CTAs (when the launcher asks for one,
+// launcher/cluster_combine.h: each CTA leaves its normalised fp32 O and LSE in its own shared
+// memory and the cluster reads them through distributed shared memory, no second grid) or, in
+// a launch without a cluster, through fp32 partial O and LSE in global memory that the decode
+// family's combine entry reduces (the cubin's second entry). blockIdx.x = m_block * num_splits
+// + split, so the splits of one tile are one cluster.
 //
 // The CTA is the sm90 family's: warpgroup 0 produces (one thread issues the TMA loads of K and
 // V into a ring of kStages stages on mbarriers), 1-2 consumer warpgroups run S = Q K^T, the
@@ -18,6 +23,7 @@
 // kernel that takes TMA maps. Rows past Lk are zero-filled by TMA and masked.
 #pragma once
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -25,6 +31,7 @@
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
 
+#include "../launcher/cluster_combine.h"
 #include "../common/launch_info.h"
 #include "../common/layout.h"
 #include "../common/softmax.h"
@@ -57,9 +64,8 @@ __forceinline__ __device__ SplitTile split_tile(FwdParams const& p) {
   SplitTile w;
   w.group = p.head_ratio;
   const int rows_total = p.seqlen_q * w.group;
-  const int m_blocks = (rows_total + kBlockM - 1) / kBlockM;
-  w.split = int(blockIdx.x) / m_blocks;
-  w.m0 = (int(blockIdx.x) % m_blocks) * kBlockM;
+  w.split = int(blockIdx.x) % p.num_splits;
+  w.m0 = (int(blockIdx.x) / p.num_splits) * kBlockM;
   w.q_rows = min(kBlockM, rows_total - w.m0);
   w.kv_head = blockIdx.y;
   w.batch = blockIdx.z;
@@ -75,6 +81,109 @@ __forceinline__ __device__ SplitTile split_tile(FwdParams const& p) {
   w.tile_begin = min(n_tiles, w.split * per_split);
   w.tile_end = min(n_tiles, w.tile_begin + per_split);
   return w;
+}
+
+// The in-cluster combine's partials, over shared memory the main loop no longer needs: O
+// (fp32, row-major [kBlockM][kHeadDim]) over the K and V rings, LSE over the Q tile.
+template <typename Traits>
+__forceinline__ __device__ float* partial_o(typename Traits::SharedStorage& smem) {
+  using Storage = typename Traits::SharedStorage;
+  static_assert(offsetof(Storage, v) == offsetof(Storage, k) + sizeof(Storage::k),
+                "the V ring must follow the K ring for the partial O to span both");
+  static_assert(sizeof(Storage::k) + sizeof(Storage::v) >=
+                    sizeof(float) * Traits::kBlockM * Traits::kHeadDim,
+                "the K and V rings must hold a tile of fp32 O");
+  return reinterpret_cast<float*>(smem.k.data());
+}
+
+template <typename Traits>
+__forceinline__ __device__ float* partial_lse(typename Traits::SharedStorage& smem) {
+  static_assert(sizeof(smem.q) >= sizeof(float) * Traits::kBlockM, "Q tile holds the LSE");
+  return reinterpret_cast<float*>(smem.q.data());
+}
+
+// Loads from the shared memory of CTA `rank` of this cluster (distributed shared memory).
+__forceinline__ __device__ float load_peer(const float* local, uint32_t rank) {
+  const uint32_t address = cute::set_block_rank(cute::cast_smem_ptr_to_uint(local), rank);
+  float value;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(value) : "r"(address) : "memory");
+  return value;
+}
+
+__forceinline__ __device__ float4 load_peer4(const float* local, uint32_t rank) {
+  const uint32_t address = cute::set_block_rank(cute::cast_smem_ptr_to_uint(local), rank);
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+// The cluster's splits of one tile reduced by their LSE weights, as the combine entry does: the
+// tile's (row, 4 columns) items are dealt over the cluster's consumer threads. A row no split
+// saw a key of gets O = 0 and LSE = -inf.
+template <typename Traits>
+__forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
+                                                   typename Traits::SharedStorage& smem,
+                                                   SplitTile const& w, int tid) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kChunks = kHeadDim / 4;
+  constexpr int kThreads = Traits::kConsumerThreads;
+  const float* o_local = partial_o<Traits>(smem);
+  const float* lse_local = partial_lse<Traits>(smem);
+  const int splits = p.num_splits;
+  const int first = int(cute::block_rank_in_cluster()) * kThreads + tid;
+  for (int item = first; item < w.q_rows * kChunks; item += splits * kThreads) {
+    const int r = item / kChunks;
+    const int d = item % kChunks * 4;
+    float lse_of[kMaxClusterSplits];
+    float m = -INFINITY;
+    CUTE_UNROLL
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      lse_of[s] = s < splits ? load_peer(lse_local + r, uint32_t(s)) : -INFINITY;
+      m = fmaxf(m, lse_of[s]);
+    }
+    float sum = 0.f;
+    CUTE_UNROLL
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      if (lse_of[s] != -INFINITY) { sum += __expf(lse_of[s] - m); }
+    }
+    const float lse = m == -INFINITY ? -INFINITY : m + __logf(sum);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (lse != -INFINITY) {
+      float4 o[kMaxClusterSplits];
+      CUTE_UNROLL
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        // Every split leaves its rows (zeros where it saw no key), so no load needs the LSE.
+        o[s] = s < splits ? load_peer4(o_local + r * kHeadDim + d, uint32_t(s))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      CUTE_UNROLL
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        const float weight = lse_of[s] == -INFINITY ? 0.f : __expf(lse_of[s] - lse);
+        acc.x += weight * o[s].x;
+        acc.y += weight * o[s].y;
+        acc.z += weight * o[s].z;
+        acc.w += weight * o[s].w;
+      }
+    }
+    const int head = w.head(r);
+    const int query = w.query(r);
+    Element* out = static_cast<Element*>(p.o) + w.batch * p.o_batch_stride +
+                   head * p.o_head_stride + query * p.o_row_stride + d;
+    cutlass::Array<float, 4> values;
+    values[0] = acc.x;
+    values[1] = acc.y;
+    values[2] = acc.z;
+    values[3] = acc.w;
+    cutlass::NumericArrayConverter<Element, float, 4> convert;
+    *reinterpret_cast<cutlass::Array<Element, 4>*>(out) = convert(values);
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[(int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query] = lse;
+    }
+  }
 }
 
 // Producer: one thread issues the K and V tiles of the split, last tile first (the tiles that
@@ -110,7 +219,7 @@ __forceinline__ __device__ void produce(TmaFwdParams const& params,
 template <typename Traits>
 __forceinline__ __device__ void consume(TmaFwdParams const& params,
                                         typename Traits::SharedStorage& smem, SplitTile const& w,
-                                        int tid) {
+                                        int tid, bool clustered) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -249,8 +358,13 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
   }
 
   // O normalised and LSE (a row that saw no key: O = 0, LSE = -inf), straight from the
-  // accumulator to the packed rows' addresses: two adjacent columns per store.
+  // accumulator to the packed rows' addresses: two adjacent columns per store. In a cluster
+  // they go to this CTA's shared memory instead, over the rings: every consumer warpgroup must
+  // be past its last wgmma first.
   const auto lse = softmax.normalize(acc_o, p.scale);
+  float* o_shared = partial_o<Traits>(smem);
+  float* lse_shared = partial_lse<Traits>(smem);
+  if (clustered) { cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2); }
   Tensor o_rc = rowcol_view(acc_o);
   Tensor tOcO_rc = rowcol_view(
       thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
@@ -263,7 +377,15 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
     const int query = w.query(r);
     const int64_t row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
     const bool writes_lse = get<1>(tOcO_rc(mi, 0)) == 0;
-    if (p.num_splits == 1) {
+    if (clustered) {
+      float* out = o_shared + r * kHeadDim;
+      CUTE_UNROLL
+      for (int di = 0; di < size<1>(o_rc); di += 2) {
+        *reinterpret_cast<float2*>(out + get<1>(tOcO_rc(mi, di))) =
+            make_float2(o_rc(mi, di), o_rc(mi, di + 1));
+      }
+      if (writes_lse) { lse_shared[r] = lse(mi); }
+    } else if (p.num_splits == 1) {
       Element* out = static_cast<Element*>(p.o) + w.batch * p.o_batch_stride +
                      head * p.o_head_stride + query * p.o_row_stride;
       CUTE_UNROLL
@@ -297,24 +419,44 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   const SplitTile w = split_tile<Traits>(params.base);
+  // Launched with a cluster (of num_splits CTAs, the launcher's choice) the splits are reduced
+  // here; every thread of every CTA takes part in the cluster's two barriers.
+  const bool clustered = cute::cluster_shape().x > 1;
   if (threadIdx.x == 0) { sm90::init_barriers<Traits>(smem); }
   __syncthreads();
 
   if (threadIdx.x / 128 == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) { produce<Traits>(params, smem, w); }
+    __syncwarp();
+    if (clustered) {
+      cute::cluster_arrive();
+      cute::cluster_wait();
+      cute::cluster_arrive();
+      cute::cluster_wait();
+    }
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-  consume<Traits>(params, smem, w, int(threadIdx.x) - 128);
+  const int tid = int(threadIdx.x) - 128;
+  consume<Traits>(params, smem, w, tid, clustered);
+  if (clustered) {
+    cute::cluster_arrive();  // release: this CTA's partials
+    cute::cluster_wait();    // acquire: every split's
+    combine_in_cluster<Traits>(params.base, smem, w, tid);
+    cute::cluster_arrive();  // no CTA leaves while a peer still reads its shared memory
+    cute::cluster_wait();
+  }
 }
 
 }  // namespace cute_autotune::decode90
 
-// The split attention with its LaunchInfo, and the decode family's combine.
+// The split attention with its LaunchInfo, the in-cluster combine's mark
+// (launcher/cluster_combine.h), and the decode family's combine.
 #define CUTE_AUTOTUNE_DECODE90_ENTRY(TRAITS)                                                   \
   CUTE_AUTOTUNE_ENTRY(TRAITS, cute_autotune::TmaFwdParams, 1024,                              \
                       cute_autotune::decode90::decode_tile<TRAITS>)                            \
+  extern "C" __constant__ int cute_autotune_cluster_combine = cute_autotune::kMaxClusterSplits; \
   extern "C" __global__ void __launch_bounds__(32 * cute_autotune::kCombineWarps)             \
       cute_autotune_combine(const __grid_constant__ cute_autotune::FwdParams params) {         \
     cute_autotune::decode::combine_rows<TRAITS>(params);                                      \

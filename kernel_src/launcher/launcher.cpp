@@ -17,12 +17,14 @@
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "cluster_combine.h"
 #include "../common/launch_info.h"
 #include "../common/tma_params.h"
 #include "../fwd_params.h"
@@ -53,6 +55,7 @@ struct Driver {
   decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled;
   decltype(&::cuDeviceGetAttribute) device_get_attribute;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_blocks;
+  decltype(&::cuOccupancyMaxActiveClusters) occupancy_max_clusters;  // null before CUDA 12.0
 };
 
 template <typename F>
@@ -93,6 +96,8 @@ const Driver& driver() {
       resolve(lib, d.tensor_map_encode_tiled, "cuTensorMapEncodeTiled");
       resolve(lib, d.device_get_attribute, "cuDeviceGetAttribute");
       resolve(lib, d.occupancy_max_blocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      d.occupancy_max_clusters = reinterpret_cast<decltype(d.occupancy_max_clusters)>(
+          dlsym(lib, "cuOccupancyMaxActiveClusters"));
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -172,6 +177,9 @@ struct Plan {
   // is scheduled while the split kernel's last CTAs run and waits for their results in-kernel
   // (griddepcontrol.wait), so the launch gap between the two leaves the critical path.
   bool overlap_combine = false;
+  // num_splits when the splits are reduced inside a thread-block cluster of that many CTAs
+  // (launcher/cluster_combine.h): no workspaces, no combine entry. 0 otherwise.
+  unsigned cluster = 0;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
 
@@ -195,8 +203,10 @@ struct Plan {
       throw std::invalid_argument("a block table needs a plan made with a page size, and back");
     }
     if (p.page_size_log2 < 0) p.page_size_log2 = 0;
-    if (p.num_splits > 1 && (p.o_partial == nullptr || p.lse_partial == nullptr)) {
-      throw std::invalid_argument("num_splits > 1 needs the o_partial and lse_partial workspaces");
+    if (p.num_splits > 1 && cluster == 0 &&
+        (p.o_partial == nullptr || p.lse_partial == nullptr)) {
+      throw std::invalid_argument("num_splits > 1 needs the o_partial and lse_partial workspaces "
+                                  "(this plan reduces the splits with the combine entry)");
     }
     if (info.tma_box_cols == 0) {
       submit(function, grid, info.threads, info.smem_bytes, &p, stream);
@@ -220,9 +230,9 @@ struct Plan {
       tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
                                     p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
       tma.base = p;
-      submit(function, grid, info.threads, info.smem_bytes, &tma, stream);
+      submit(function, grid, info.threads, info.smem_bytes, &tma, stream, false, cluster);
     }
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && cluster == 0) {
       const unsigned combine_grid[3] = {cute_autotune::combine_grid(p), 1, 1};
       submit(combine, combine_grid, 32 * cute_autotune::kCombineWarps, 0, &p, stream,
              overlap_combine);
@@ -231,18 +241,26 @@ struct Plan {
 
  private:
   void submit(CUfunction fn, const unsigned g[3], int threads, int smem, void* kernel_params,
-              uintptr_t stream, bool programmatic_dependent = false) const {
+              uintptr_t stream, bool programmatic_dependent = false,
+              unsigned cluster_x = 0) const {
     void* args[] = {kernel_params};
     ScopedContext scope(ctx);
-    if (!programmatic_dependent) {
+    if (!programmatic_dependent && cluster_x == 0) {
       check(driver().launch_kernel(fn, g[0], g[1], g[2], threads, 1, 1, smem,
                                    reinterpret_cast<CUstream>(stream), args, nullptr),
             "cuLaunchKernel");
       return;
     }
     CUlaunchAttribute attribute{};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
+    if (cluster_x != 0) {
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = cluster_x;
+      attribute.value.clusterDim.y = 1;
+      attribute.value.clusterDim.z = 1;
+    } else {
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+    }
     CUlaunchConfig config{};
     config.gridDimX = g[0];
     config.gridDimY = g[1];
@@ -281,6 +299,13 @@ class Kernel {
       check(d.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
             "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
       overlap_combine_ = major >= 9 && d.launch_kernel_ex != nullptr;
+      // An optional symbol: cubins that can reduce their splits in a cluster say so.
+      CUdeviceptr mark;
+      size_t mark_bytes = 0;
+      cluster_combine_ =
+          major >= 9 && d.launch_kernel_ex != nullptr && d.occupancy_max_clusters != nullptr &&
+          d.module_get_global(&mark, &mark_bytes, module_, CUTE_AUTOTUNE_CLUSTER_COMBINE_SYMBOL) ==
+              CUDA_SUCCESS;
     }
     CUdeviceptr info_ptr;
     size_t info_bytes = 0;
@@ -312,6 +337,11 @@ class Kernel {
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
     check_tma_boxes();
+    // Clusters above 8 CTAs need the opt-in; where the driver refuses it, the occupancy query
+    // in cluster_fits says no for them and those splits use the combine entry.
+    if (cluster_combine_) {
+      d.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    }
     // A persistent kernel walks the work tiles from a grid of as many CTAs as the device holds
     // at once.
     if (info_.persistent != 0) {
@@ -343,7 +373,7 @@ class Kernel {
   Plan plan(py::tuple q_strides, py::tuple k_strides, py::tuple v_strides, py::tuple o_strides,
             int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
             int dtype, bool causal, double scale, int num_splits, int page_size,
-            int64_t block_table_stride) const {
+            int64_t block_table_stride, bool cluster_combine) const {
     if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
       throw std::invalid_argument(
           "problem (head_dim=" + std::to_string(head_dim) + ", dtype=" + std::to_string(dtype) +
@@ -390,6 +420,9 @@ class Kernel {
     plan.function = function_;
     plan.combine = combine_;
     plan.overlap_combine = overlap_combine_;
+    if (cluster_combine && num_splits > 1 && cluster_fits(num_splits)) {
+      plan.cluster = unsigned(num_splits);
+    }
     plan.ctx = ctx_;
     plan.info = info_;
     return plan;
@@ -417,6 +450,41 @@ class Kernel {
     }
   }
 
+  // Whether a cluster of `splits` CTAs of this kernel can be resident at all (it must fit in
+  // one GPC with its shared memory), asked of the driver once per split count.
+  bool cluster_fits(int splits) const {
+    if (!cluster_combine_ || splits < 2 || splits > cute_autotune::kMaxClusterSplits) {
+      return false;
+    }
+    std::atomic<int>& known = cluster_fits_[splits];
+    int fits = known.load(std::memory_order_relaxed);
+    if (fits == 0) {
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = unsigned(splits);
+      attribute.value.clusterDim.y = 1;
+      attribute.value.clusterDim.z = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = unsigned(splits);
+      config.gridDimY = 1;
+      config.gridDimZ = 1;
+      config.blockDimX = unsigned(info_.threads);
+      config.blockDimY = 1;
+      config.blockDimZ = 1;
+      config.sharedMemBytes = unsigned(info_.smem_bytes);
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      ScopedContext scope(ctx_);
+      fits = driver().occupancy_max_clusters(&clusters, function_, &config) == CUDA_SUCCESS &&
+                     clusters > 0
+                 ? 1
+                 : 2;
+      known.store(fits, std::memory_order_relaxed);
+    }
+    return fits == 1;
+  }
+
   // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
   void unpack_info(const py::tuple& t) {
     constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
@@ -441,6 +509,9 @@ class Kernel {
   CUfunction function_ = nullptr;
   CUfunction combine_ = nullptr;  // the split-KV combine entry, when LaunchInfo says split_kv
   bool overlap_combine_ = false;   // see Plan::overlap_combine
+  bool cluster_combine_ = false;   // the cubin can reduce its splits in a cluster (Plan::cluster)
+  // cluster_fits per split count: 0 not asked yet, 1 yes, 2 no.
+  mutable std::atomic<int> cluster_fits_[cute_autotune::kMaxClusterSplits + 1] = {};
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
 };
@@ -470,8 +541,10 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
            py::arg("v_strides"), py::arg("o_strides"), py::arg("batch"), py::arg("heads_q"),
            py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"),
            py::arg("dtype"), py::arg("causal"), py::arg("scale"), py::arg("num_splits") = 1,
-           py::arg("page_size") = 0, py::arg("block_table_stride") = 0);
+           py::arg("page_size") = 0, py::arg("block_table_stride") = 0,
+           py::arg("cluster_combine") = true);
   py::class_<Plan>(m, "Plan")
+      .def_property_readonly("cluster", [](const Plan& p) { return p.cluster; })
       .def_property_readonly("grid", [](const Plan& p) {
         return py::make_tuple(p.grid[0], p.grid[1], p.grid[2]);
       })

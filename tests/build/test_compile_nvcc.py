@@ -88,6 +88,8 @@ def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool)
     assert (info.abi_version, info.split_kv, info.pack_gqa) == (3, 1, int(pack))
     assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
     assert b"cute_autotune_combine" in result.cubin.read_bytes()
+    # its splits always go through the combine entry: no in-cluster combine mark
+    assert b"cute_autotune_cluster_combine" not in result.cubin.read_bytes()
     # The split count is a launch parameter: another count is the same build, from the cache,
     # and a batch of counts compiles once.
     again = compile_config(config.replace(num_splits=16), H200, ArtifactCache(tmp_path))
@@ -169,6 +171,22 @@ def test_static_asserts_mirror_every_space_constraint() -> None:
         if "swizzle is either" in constraint.message:
             continue  # a policy of the space (partial swizzles are dominated), not a limit
         assert constraint.message in asserted, constraint.message
+
+
+def test_decode90_marks_its_in_cluster_combine(tmp_path: Path) -> None:
+    """decode90 reduces its splits inside a thread-block cluster when launched with one; its
+    cubin says so to the launcher by exporting the mark of launcher/cluster_combine.h (without
+    it the launcher would quietly use the combine entry), and still carries that entry."""
+    space = load_space("decode90")
+    config = space.config(head_dim=128, dtype="bf16", causal=False, block_m=64, block_n=128,
+                          consumer_wgs=1, kv_stages=3, overlap=False, num_splits=8)
+    result = compile_config(config, H200, ArtifactCache(tmp_path))
+    assert result.ok and result.cubin is not None, result.message
+    assert result.ptxas is not None and not result.ptxas.spills
+    assert result.ptxas.wgmma_serialized == ""
+    data = result.cubin.read_bytes()
+    assert b"cute_autotune_cluster_combine" in data and b"cute_autotune_combine" in data
+    assert read_launch_info(result.cubin).split_kv == 1
 
 
 def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:

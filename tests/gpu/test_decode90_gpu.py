@@ -1,8 +1,9 @@
 """The decode90 family (wgmma + TMA, GQA packed into 64-128 rows) on an sm_90 GPU: full
-contiguous caches in both layouts, KV splits and their combine, GQA / MQA / MHA, Lq x group not
-a multiple of the tile, causal rows that see no key, against the fp32 reference with the output
-buffer poisoned; refused KV-cache operands; a tuned decode90 config run by `attention`, plain
-and in a captured CUDA graph.
+contiguous caches in both layouts, KV splits reduced in a thread-block cluster and by the
+combine entry, GQA / MQA / MHA, Lq x group not a multiple of the tile, causal rows that see no
+key, against the fp32 reference with the output buffer poisoned; which split counts get a
+cluster; refused KV-cache operands; a tuned decode90 config run by `attention`, plain and in a
+captured CUDA graph.
 """
 
 from __future__ import annotations
@@ -85,15 +86,35 @@ def _kernel(config: Config) -> Any:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.to_json())
-def test_full_caches_and_splits_match_the_reference(config: Config) -> None:
+@pytest.mark.parametrize("cluster_combine", [True, False], ids=["cluster", "combine_entry"])
+def test_full_caches_and_splits_match_the_reference(config: Config, cluster_combine: bool
+                                                    ) -> None:
     kernel = _kernel(config)
     for seed, (case, splits) in enumerate(_cases(config)):
         inputs = make_kv_inputs(case, "cuda", seed)
         out = torch.full_like(inputs.q, float("nan"))  # poisoned: every row must be written
         out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
                                        layout=case.layout, out=out, return_lse=True,
-                                       num_splits=splits)
+                                       num_splits=splits, cluster_combine=cluster_combine)
         _check(out, lse, inputs, case, None)  # the decode tests' check, full caches
+
+
+def test_splits_reduce_in_a_cluster_where_one_fits() -> None:
+    """2-8 splits always get a cluster on an H200-class GPU (portable size); 16 where the
+    driver fits one (non-portable); more than 16, or cluster_combine off: the combine entry."""
+    kernel = _kernel(CONFIGS[1])
+    problem = Problem(1, 32, 8, 1, 8192, 128, "bf16", False)
+    strides = [(32 * 128, 128, 32 * 128), (8192 * 8 * 128, 128, 8 * 128),
+               (8192 * 8 * 128, 128, 8 * 128), (32 * 128, 128, 32 * 128)]
+
+    def cluster(splits: int, **kw: Any) -> int:
+        plan = kernel.plan(problem, strides, 0.088, num_splits=splits, **kw)
+        return int(plan.cluster)
+
+    assert [cluster(s) for s in (1, 2, 3, 4, 8)] == [0, 2, 3, 4, 8]
+    assert cluster(16) in (0, 16)
+    print(f"16 splits: cluster {cluster(16)}")
+    assert cluster(32) == 0 and cluster(8, cluster_combine=False) == 0
 
 
 def test_cache_operands_it_cannot_read_are_refused() -> None:
