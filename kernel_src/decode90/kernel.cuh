@@ -441,9 +441,11 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
   const int tid = int(threadIdx.x) - 128;
   consume<Traits>(params, smem, w, tid, clustered);
   if (clustered) {
+    __syncwarp();            // the cluster barriers are .aligned: whole warps, converged
     cute::cluster_arrive();  // release: this CTA's partials
     cute::cluster_wait();    // acquire: every split's
     combine_in_cluster<Traits>(params.base, smem, w, tid);
+    __syncwarp();
     cute::cluster_arrive();  // no CTA leaves while a peer still reads its shared memory
     cute::cluster_wait();
   }
