@@ -707,7 +707,7 @@ decode90)
   checking=()
   for d in 64 128; do
     python3 benchmarks/check_parts.py --family decode90 --head-dim $d --causal both \
-      --splits 1 2 4 16 --parts "${PARTS:-2}" --out /tmp/part90_$d
+      --splits 1 2 8 16 --parts "${PARTS:-2}" --out /tmp/part90_$d
     for part in $(seq 0 $(( ${PARTS:-2} - 1 ))); do
       ( timeout "${CHECK_S:-200}" python3 -m autotune.cli check --config @/tmp/part90_${d}_$part.json \
           --arch sm_90 --seed $(( 190 + part )) --jobs 2 --json "$f/check_d${d}_$part.json" \
@@ -720,7 +720,7 @@ decode90)
     "$f/decode90_sanitizers_h200.txt" 6 "${SAN_S:-150}"
   wait "${checking[@]}"
   python3 benchmarks/merge_checks.py "$f/check_decode90_h200.json" "$f"/check_d*_[0-9]*.json \
-    --command "bash benchmarks/h200_evidence.sh decode90: per head dim D in 64 128, python3 benchmarks/check_parts.py --family decode90 --head-dim D --causal both --splits 1 2 4 16 --parts ${PARTS:-2} --out /tmp/part90_D, then per part N: python3 -m autotune.cli check --config @/tmp/part90_D_N.json --arch sm_90 --seed 190+N --jobs 2"
+    --command "bash benchmarks/h200_evidence.sh decode90: per head dim D in 64 128, python3 benchmarks/check_parts.py --family decode90 --head-dim D --causal both --splits 1 2 8 16 --parts ${PARTS:-2} --out /tmp/part90_D, then per part N: python3 -m autotune.cli check --config @/tmp/part90_D_N.json --arch sm_90 --seed 190+N --jobs 2"
   tail -q -n 2 "$f"/check_d*_[0-9]*.txt; echo "check + sanitizers at $(( $(date +%s) - t0 )) s"
   grep -E "SUMMARY|Error" "$f/decode90_sanitizers_h200.txt" | sort | uniq -c
   if [ -n "${FLOOR:-}" ]; then

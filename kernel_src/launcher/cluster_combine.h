@@ -15,8 +15,10 @@
 
 namespace cute_autotune {
 
-// The most CTAs of one cluster the launcher asks for (Hopper allows 16 with the non-portable
-// opt-in, 8 without); more splits than this use the combine entry.
-constexpr int kMaxClusterSplits = 16;
+// The most CTAs of one cluster the launcher asks for: Hopper's portable size. More splits use
+// the combine entry: on the H200 a 16-CTA cluster (the non-portable size) ran slower than 16
+// splits through the entry (B1 H32/8 Lq1 Lk8k: 27.2 against 23.2 us; at 8 splits the cluster
+// took 19.9 against 22.1; benchmarks/results/decode90_cluster/decode_floor_h200.json).
+constexpr int kMaxClusterSplits = 8;
 
 }  // namespace cute_autotune

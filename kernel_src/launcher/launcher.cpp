@@ -337,11 +337,6 @@ class Kernel {
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
     check_tma_boxes();
-    // Clusters above 8 CTAs need the opt-in; where the driver refuses it, the occupancy query
-    // in cluster_fits says no for them and those splits use the combine entry.
-    if (cluster_combine_) {
-      d.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    }
     // A persistent kernel walks the work tiles from a grid of as many CTAs as the device holds
     // at once.
     if (info_.persistent != 0) {
