@@ -377,7 +377,7 @@ def main() -> int:
     parser.add_argument("--poll", type=float, default=0.05, help="seconds between DB polls")
     parser.add_argument("--orphan-wait", type=float, default=30.0,
                         help="seconds the killed worker's children get to end by themselves")
-    parser.add_argument("--calls", type=int, default=201, help="timed calls of each winner")
+    parser.add_argument("--calls", type=int, default=401, help="timed calls of each winner")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--until", type=float, default=450.0,
