@@ -117,6 +117,19 @@ def db_state(path: Path) -> dict[str, Any]:
         con.close()
 
 
+def read_state(path: Path, tries: int = 20) -> dict[str, Any]:
+    """db_state, tried again while the file is locked or recovering (a writer was killed);
+    the error in words if it never reads."""
+    error = ""
+    for _ in range(tries):
+        try:
+            return db_state(path)
+        except sqlite3.Error as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.25)
+    return {"error": error, "items": []}
+
+
 def kill_point(state: dict[str, Any], kill_after: int) -> dict[str, Any] | None:
     """The item to kill the worker in: running, >= kill_after searched, not yet re-ranked."""
     for item in state["items"]:
@@ -177,14 +190,14 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
         log.close()
         result["kill"] = {"mid_item": False, "reason": "no item reached the kill point "
                           f"(worker rc {first.returncode}, {polls} polls)",
-                          "state": db_state(db)}
+                          "state": read_state(db)}
         return result
     os.kill(first.pid, signal.SIGKILL)
     killed_at = run.now()
     first.wait()
     log.close()
     run.commands[-1].update({"rc": first.returncode, "end_s": killed_at})
-    after = db_state(db)  # what the kill left, before anything else ran
+    after = read_state(db)  # what the kill left, before anything else ran
     print(f"[{run.now():7.1f} s] worker 1 killed (SIGKILL) in item {point['id']} after "
           f"{point['search_measurements']} search measurements", flush=True)
     # The processes the worker spawned (GPU worker, compile pool, resource tracker) see their
@@ -195,7 +208,10 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
         waited += 0.5
         left = group_members(first.pid)
     for pid in left:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended meanwhile
+            pass
     run.call("queue_after_kill", ["queue", "--db", url], 60)
     result["kill"] = {
         "mid_item": any(i["id"] == point["id"] and i["state"] == "running"
@@ -207,7 +223,8 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
         "spawned_processes_killed_after_wait": left}
     # Wait for the dead worker's lease to run out, so the restarted worker takes the killed
     # item first (it is the oldest), as the plain tune runs the items in the same order.
-    lease_until = [i["lease_until"] for i in after["items"] if i["id"] == point["id"]][0]
+    lease_until = next((i["lease_until"] for i in after["items"] if i["id"] == point["id"]),
+                       None)
     if lease_until:  # stored by SQLAlchemy as UTC, without the zone
         until = datetime.fromisoformat(lease_until)
         until = until if until.tzinfo else until.replace(tzinfo=UTC)
@@ -216,7 +233,7 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
         time.sleep(max(0.0, min(pause, args.lease + 1.0)))
     rc = run.call("worker_2_restarted", worker_argv(url, args.lease, args.replay, True),
                   deadline - time.time())
-    final = db_state(db)
+    final = read_state(db)
     run.call("queue_final", ["queue", "--db", url], 60)
     items = final["items"]
     result["restart"] = {"rc": rc, "state_at_end": final}
@@ -227,10 +244,10 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
                                        for i in items),
         "other_items_taken_once": all(i["attempts"] == 1 for i in items
                                       if i["id"] != point["id"]),
-        "duplicated_search_measurements": final["duplicated_search_measurements"],
-        "running_trials_left": final["running_trials"],
-        "search_measurements_at_kill": after["search_measurements"],
-        "search_measurements_at_end": final["search_measurements"],
+        "duplicated_search_measurements": final.get("duplicated_search_measurements", -1),
+        "running_trials_left": final.get("running_trials", -1),
+        "search_measurements_at_kill": after.get("search_measurements", -1),
+        "search_measurements_at_end": final.get("search_measurements", -1),
     }
     checks = result["checks"]
     checks["ok"] = bool(result["kill"]["mid_item"] and rc == 0
@@ -432,7 +449,7 @@ def main() -> int:
     rc_b = run.call("tune_plain", ["tune", *search, "--db", url_b, "--json",
                                    str(out / "tune_plain.json"), "--quiet"],
                     deadline - 60 - time.time())
-    summary["plain_tune"] = {"rc": rc_b, "state_at_end": db_state(db_b)}
+    summary["plain_tune"] = {"rc": rc_b, "state_at_end": read_state(db_b, tries=2)}
     # step 3: the winners of both, re-timed together
     for name, url in (("export_a_worker", url_a), ("export_b_plain", url_b)):
         run.call(name, ["export", "--db", url], 60, suffix=".json")
