@@ -90,6 +90,12 @@
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
+#   bash benchmarks/h200_evidence.sh workers   # issue 17: `cute-autotune worker` draining three
+#                                              # llm-prefill items (sm90, D=128 fp16), killed
+#                                              # by SIGKILL mid-item and restarted, against a
+#                                              # plain `tune`; the winners of both re-timed
+#                                              # together (benchmarks/worker_run.py; the sm90
+#                                              # D=128 fp16 non-causal cubins in .c90pack)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
@@ -834,6 +840,28 @@ record16)
       --command "ALSO_CHECK='$ALSO_CHECK' bash benchmarks/h200_evidence.sh record16: python3 benchmarks/check_parts.py $ALSO_CHECK --parts 4 --out /tmp/part_also, then per part N: python3 -m autotune.cli check --config @/tmp/part_also_N.json --arch sm_90 --seed 170+N --jobs 2"
   fi
   tar czf "$OUT/record16.tgz" -C /tmp record16
+  ;;
+workers)
+  # Issue 17 on the GPU, one call: three llm-prefill items (sm90, D=128, fp16, non-causal;
+  # TRIALS and RERANK_TOP the same for both runs) enqueued into a fresh SQLite database and
+  # drained by `cute-autotune worker --gpu 0`, which is killed by SIGKILL mid-item (polled:
+  # KILL_AFTER search measurements of the running item) and restarted once its lease ran out;
+  # a plain `cute-autotune tune` of the same items into another fresh database; the winners
+  # of both re-timed together, A B A B with the L2 flushed before each call
+  # (benchmarks/worker_run.py). What .c90pack lacks of the space is compiled first, on all
+  # cores, for at most COMPILE_S. REPLAY=<recording>: the dry run, no GPU, nothing re-timed.
+  f=/tmp/workers; rm -rf "$f"; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
+  timeout "${COMPILE_S:-90}" python3 -m autotune.cli compile --family sm90 --head-dim 128 \
+    --dtype fp16 --causal false --arch sm_90 --jobs 16 --quiet > "$f/compile.txt" 2>&1
+  echo "compile rc $? at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$f/compile.txt")"
+  timeout $(( ${UNTIL:-450} - ($(date +%s) - t0) )) python3 benchmarks/worker_run.py --out "$f" \
+    --trials "${TRIALS:-8}" --rerank-top "${RERANK_TOP:-2}" --kill-after "${KILL_AFTER:-3}" \
+    --until $(( ${UNTIL:-450} - 15 - ($(date +%s) - t0) )) ${REPLAY:+--replay "$REPLAY"} \
+    --command "TRIALS=${TRIALS:-8} RERANK_TOP=${RERANK_TOP:-2} KILL_AFTER=${KILL_AFTER:-3} bash benchmarks/h200_evidence.sh workers: python3 benchmarks/worker_run.py --trials ${TRIALS:-8} --rerank-top ${RERANK_TOP:-2} --kill-after ${KILL_AFTER:-3}${REPLAY:+ --replay $REPLAY}" \
+    > "$f/worker_run.txt" 2>&1
+  echo "worker_run rc $? at $(( $(date +%s) - t0 )) s"
+  cp "$f/worker_kill_restart.json" "$OUT/" 2>/dev/null
+  tar czf "$OUT/workers.tgz" -C /tmp workers; tail -n 12 "$f/worker_run.txt" | cut -c1-220
   ;;
 *) echo "unknown stage $1"; exit 2 ;;
 esac
