@@ -700,7 +700,7 @@ decode90)
   # processes, each build at one of the split counts in turn) beside racecheck + synccheck on
   # its structural variants; then, alone on the GPU, with FLOOR=1 the B=1 floor probe
   # (decode_floor.py), and the decode bench of the problems with Lq >= MIN_LQ (both families
-  # searched; --extra's too).
+  # searched; --extra's too; PAGED=1: --paged).
   f=$OUT/decode90; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
   python3 -m autotune.cli compile --family decode90 --arch sm_90 --jobs 16 --quiet \
     > "$f/compile.txt" 2>&1; tail -n 1 "$f/compile.txt"
@@ -735,9 +735,10 @@ decode90)
     cat "$f/decode_floor_h200.txt"
   fi
   timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
-    --json "$f/decode_bench_lq4plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
-    > "$f/decode_bench_lq4plus_h200.txt" 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
-  tail -n 30 "$f/decode_bench_lq4plus_h200.txt" | cut -c1-160
+    --json "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
+    ${PAGED:+--paged} > "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" 2>&1
+  echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  tail -n 50 "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" | cut -c1-160
   tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
   ;;
 decode90tune)
