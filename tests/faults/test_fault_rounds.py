@@ -244,3 +244,15 @@ def test_workers_killed_at_random_lose_and_duplicate_nothing_on_postgres(
     _fault_case("postgresql: 8 workers, kill -9 of workers at random over 4 rounds, a worker "
                 "of another GPU model", postgres_url, tmp_path, reference, fault_summary,
                 kill_rounds=4)
+
+
+@pytest.mark.postgres
+def test_connections_dropped_mid_transaction_lose_and_duplicate_nothing_on_postgres(
+        postgres_url: str, tmp_path: Path, reference: Any,
+        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    """The server terminates every worker's connection, at random moments over several
+    rounds. (On SQLite a transaction cut off halfway is a process killed inside it: the kill
+    rounds.)"""
+    _fault_case("postgresql: 8 workers, every worker's connection terminated by the server "
+                "at random over 4 rounds, a worker of another GPU model", postgres_url,
+                tmp_path, reference, fault_summary, drop_rounds=4)
