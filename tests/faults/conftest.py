@@ -1,4 +1,5 @@
-"""Helpers of the fault-injection suite: real read-only folders, config and export builders."""
+"""Helpers of the fault-injection suite: real read-only folders, config and export builders,
+and the suite's summary (one line per case at the end of the run, and a JSON file)."""
 
 from __future__ import annotations
 
