@@ -61,10 +61,19 @@ def _maybe_utc(moment: datetime | None) -> datetime | None:
     return None if moment is None else _utc(moment)
 
 
+def _settings_or_none(row: WorkItem) -> dict[str, Any] | None:
+    """The item's search settings; None when the stored text is not a JSON object."""
+    try:
+        settings = json.loads(row.settings_json)
+    except (TypeError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None
+
+
 def _item(row: WorkItem, problem: Problem) -> QueuedItem:
     return QueuedItem(
         row.id, row.device_name, row.compute_capability, row.sm_count, problem,
-        tuple(f for f in row.families.split(",") if f), json.loads(row.settings_json),
+        tuple(f for f in row.families.split(",") if f), _settings_or_none(row) or {},
         row.state, row.worker, row.attempts, _maybe_utc(row.lease_until), _utc(row.enqueued_at),
         _maybe_utc(row.started_at), _maybe_utc(row.finished_at), row.message)
 
@@ -115,6 +124,13 @@ class WorkQueue:
                 if problem is None:  # a broken problem row: refused, never run
                     row.state, row.finished_at = FAILED, now
                     row.message = f"problem row {row.problem_id} is not a valid problem; not run"
+                    s.flush()
+                    continue
+                settings = _settings_or_none(row)
+                if settings is None:  # a hostile settings row: refused, never run
+                    row.state, row.finished_at = FAILED, now
+                    row.message = (f"work item {row.id}: its settings are not a JSON object of "
+                                   "search settings; not run")
                     s.flush()
                     continue
                 if row.state == RUNNING:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -46,6 +47,8 @@ from .schema import (
 )
 
 __all__ = ["BrokenRow", "TuningStore", "problem_distance"]
+
+_log = logging.getLogger(__name__)
 
 
 def problem_distance(a: Problem, b: Problem) -> float:
@@ -676,9 +679,20 @@ class TuningStore:
 
     @staticmethod
     def _timing_of(row: Measurement) -> TrialResult:
-        """A stored measurement as the TrialResult it recorded (`reused`: from the database)."""
+        """A stored measurement as the TrialResult it recorded (`reused`: from the database);
+        a row whose config, status or time cannot be one is refused (BrokenRow, naming it)."""
         build_key = row.build.artifact_key if row.build is not None else None
-        return TrialResult(_config_of(row.config), Status(row.status), row.reason, row.median_us,
+        try:
+            status = Status(row.status)
+        except ValueError:
+            raise BrokenRow(f"stored measurement #{row.id} has no valid status: "
+                            f"{row.status!r}") from None
+        for name in ("median_us", "p20_us", "p80_us"):
+            value = getattr(row, name)
+            if status == Status.OK and name == "median_us" and value is None or (
+                    value is not None and not (math.isfinite(value) and value > 0)):
+                raise BrokenRow(f"stored measurement #{row.id} has no valid {name}: {value!r}")
+        return TrialResult(_config_of(row.config), status, row.reason, row.median_us,
                            row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
                            build_key, reused=True, env=_env_of(row))
 
@@ -693,7 +707,8 @@ class TuningStore:
             for row in s.scalars(query):
                 try:
                     found.append(self._timing_of(row))
-                except BrokenRow:
+                except BrokenRow as exc:
+                    _log.warning("%s: left out", exc)
                     continue
             return [t for t in found if t.ok]
 

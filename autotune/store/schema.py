@@ -58,6 +58,24 @@ class SchemaOutdated(SchemaError):
     pass
 
 
+class ConnectionLost(StoreError):
+    """The connection to the database broke (the server ended it, or the network dropped)
+    inside a transaction, which was rolled back: the same work may be done again on a new
+    connection (the pool makes one)."""
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from (Optuna wraps SQLAlchemy's), is a
+    connection to the database that broke: what a worker retries rather than fails on."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionLost) or (
+                isinstance(seen, DBAPIError) and seen.connection_invalidated):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def default_url() -> str:
     env = os.environ.get(DB_ENV)
     if env:
@@ -119,7 +137,8 @@ def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
         "locked": "another process holds a write lock for longer than the busy timeout",
     }
     hint = next((h for key, h in hints.items() if key in text), "")
-    return StoreError(f"the tuning database {describe(url)} cannot be used: {text}"
+    error = ConnectionLost if exc.connection_invalidated else StoreError
+    return error(f"the tuning database {describe(url)} cannot be used: {text}"
                       + (f" ({hint})" if hint else ""))
 
 
@@ -148,7 +167,11 @@ def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Eng
         # read-only at the file level: SQLite then creates no database, and writes nothing
         target = parsed.set(database=f"file:{path}?mode=ro", query={"uri": "true"})
     try:
-        engine = create_engine(target)
+        # A server's connection idle in the pool may have been ended meanwhile (a restart, a
+        # network drop, pg_terminate_backend): checked at checkout, and replaced, rather than
+        # failing the next transaction. (A SQLite file has no connection to lose.)
+        engine = create_engine(target, pool_pre_ping=path is None
+                               and parsed.get_backend_name() != "sqlite")
     except NoSuchModuleError:
         raise StoreError(f"{parsed.render_as_string()!r} is not a database URL: SQLAlchemy has "
                          f"no dialect {parsed.drivername!r}") from None

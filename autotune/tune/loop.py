@@ -27,6 +27,7 @@ from ..model.status import Status
 from ..model.target import Target
 from ..store.records import DeviceInfo, TrialResult
 from ..store.repo import TuningStore
+from ..store.schema import lost_connection
 from .backends import Backend
 from .settings import SearchSettings
 from .strategies import Strategy, sampler_for, strategy_for
@@ -228,11 +229,15 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
 def _settled_on_exit(strategy: Strategy, pending: list[Proposal]) -> Iterator[set[int]]:
     """Yield the set of proposal numbers told so far; if the block ends with an exception (an
     interrupt, an infrastructure error), the proposals not told are told "interrupted" rather
-    than left RUNNING."""
+    than left RUNNING (unless the database connection is what broke)."""
     told: set[int] = set()
     try:
         yield told
     except BaseException as exc:
+        if lost_connection(exc):
+            # The database cannot be told now; the trials stay RUNNING, and the next session
+            # of the study settles them with the values already stored (Study.settle_abandoned)
+            raise
         for proposal in pending:
             if proposal.number not in told:
                 strategy.tell(proposal, Outcome(

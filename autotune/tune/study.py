@@ -107,7 +107,8 @@ class Study:
     def settle_abandoned(self, store: TuningStore, device: DeviceInfo,
                          problem: Problem) -> None:
         """Settle the RUNNING trials of processes that are gone (same host, dead pid) or silent
-        (no heartbeat for GRACE_S seconds, any host): told the value their process already
+        (no heartbeat for GRACE_S seconds, any host), and those this process abandoned when
+        its database connection broke (`abandon_running`): told the value their process already
         stored in the database, else failed as "interrupted" with the reason. A trial of a live
         process (beating, or on this host and running) is never touched."""
         import optuna
@@ -119,7 +120,9 @@ class Study:
         now = datetime.now()  # Optuna stamps a trial's start in local time
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.from_json(frozen.user_attrs.get("owner"))
-            if owner is None:
+            if frozen._trial_id in _abandoned:
+                why = "its process lost the database connection while running it"
+            elif owner is None:
                 # A process names itself on a trial right after asking it: one that has no
                 # name long after its start was asked by a process killed in between.
                 started = frozen.datetime_start
@@ -235,7 +238,6 @@ class Study:
         from optuna.trial import TrialState
 
         trial = self._running.pop(proposal.number)
-        _heartbeats.remove(trial._trial_id)
         trial.set_user_attr("status", outcome.status.value)
         if outcome.value is None:
             trial.set_user_attr("reason", outcome.reason)
@@ -245,6 +247,9 @@ class Study:
             self._study.tell(trial, state=TrialState.FAIL)
         else:
             self._study.tell(trial, outcome.value)
+        # Once told, not before: a tell cut off by a broken connection leaves the trial among
+        # this process's running ones, for `abandon_running` to give up.
+        _heartbeats.remove(trial._trial_id)
 
     # -- what the study found --------------------------------------------------------------
 
@@ -329,6 +334,12 @@ class _Heartbeats:
         with self._lock:
             self._trials.pop(trial_id, None)
 
+    def remove_all(self) -> set[int]:
+        with self._lock:
+            ids = set(self._trials)
+            self._trials.clear()
+            return ids
+
     def _run(self) -> None:
         while True:
             time.sleep(HEARTBEAT_S)
@@ -346,6 +357,16 @@ class _Heartbeats:
 
 
 _heartbeats = _Heartbeats()
+# Trials this process asked and gave up (their ids: one database per process, a worker's).
+_abandoned: set[int] = set()
+
+
+def abandon_running() -> None:
+    """Give up every trial this process has asked and not told: its database connection broke
+    mid-search, so whether each was told is unknown. Their heartbeats stop, and the next
+    session of their study (this process's own, when it runs the work again) settles them as
+    it settles a dead process's trials: told the value already stored, else interrupted."""
+    _abandoned.update(_heartbeats.remove_all())
 
 
 def counted(trials: Sequence[Any]) -> int:

@@ -2,7 +2,10 @@
 (store.queue), runs the same search as `tune` on each, and marks it done, renewing its lease
 from a thread while the search runs. A worker killed at any point leaves its item running
 under a lease that runs out; the next worker that asks takes it again and resumes its studies
-(the trials a dead process left RUNNING are settled by the study, tune.study)."""
+(the trials a dead process left RUNNING are settled by the study, tune.study). A database
+connection that breaks (the server restarted or ended it, the network dropped) costs the
+transaction it was in, not the item nor the worker: the step is run again on a new connection
+(an item resumes its studies, reusing every measurement already stored)."""
 
 from __future__ import annotations
 
@@ -10,14 +13,25 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 
 from .._process import this_process
 from ..store.queue import QueuedItem, WorkQueue
 from ..store.repo import TuningStore
+from ..store.schema import lost_connection
 from .backends import Backend
 from .search import TuneOutcome
 from .settings import SearchSettings
+from .study import abandon_running
 from .tuning import tune
+
+# A step whose database connection broke is run again, up to this many times in a row, the
+# waits between doubling from the first: 7.5 s in all, for a server that restarts.
+CONNECTION_ATTEMPTS = 5
+FIRST_RECONNECT_WAIT_S = 0.5
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,6 +76,22 @@ class _LeaseKeeper:
         self._thread.join()
 
 
+def _reconnecting(step: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`step(*args, **kwargs)`, run again when the database connection broke under it (see
+    the module's doc); other errors, and the last attempt's, are raised."""
+    attempt = 1
+    while True:
+        try:
+            return step(*args, **kwargs)
+        except Exception as exc:
+            if not lost_connection(exc) or attempt == CONNECTION_ATTEMPTS:
+                raise
+            # whether the trials in flight were told is unknown: the study settles them
+            abandon_running()
+            time.sleep(FIRST_RECONNECT_WAIT_S * 2 ** (attempt - 1))
+            attempt += 1
+
+
 def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
                wait: bool = False, poll_s: float = 2.0, name: str | None = None,
                on_item: Callable[[QueuedItem], None] | None = None,
@@ -69,13 +99,13 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
     """Take and tune items of the backend's GPU model until none is left to take (with `wait`,
     until none of them is queued or running either: an item whose worker died is taken again
     once its lease runs out)."""
-    queue = WorkQueue(TuningStore(db))
+    queue = WorkQueue(_reconnecting(TuningStore, db))
     device = backend.device()
     report = WorkerReport(name or this_process().describe())
     while True:
-        item = queue.take(device, report.name, lease_s)
+        item = _reconnecting(queue.take, device, report.name, lease_s)
         if item is None:
-            if wait and queue.pending(device):
+            if wait and _reconnecting(queue.pending, device):
                 time.sleep(poll_s)
                 continue
             return report
@@ -87,16 +117,17 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
             # ran count) instead of adding a budget to it: re-running an item measures nothing
             # twice (measurements already stored are reused).
             settings = SearchSettings(**{**item.settings, "resume": True})
-            outcomes = tune(item.problem, db=db, backend=backend, settings=settings,
-                            families=list(item.families) or None, on_outcome=on_outcome,
-                            on_progress=keeper.check)
+            outcomes = _reconnecting(
+                tune, item.problem, db=db, backend=backend, settings=settings,
+                families=list(item.families) or None, on_outcome=on_outcome,
+                on_progress=keeper.check)
             ok = all(o.best for o in outcomes)
             reason = "" if ok else "no config of any family was timed"
         except Exception as exc:  # a failing item is a recorded result, not a dead worker
             ok, reason = False, f"{type(exc).__name__}: {exc}"
         finally:
             keeper.stop()
-        if not queue.finish(item.id, report.name, ok, reason) or keeper.lost:
+        if not _reconnecting(queue.finish, item.id, report.name, ok, reason) or keeper.lost:
             report.lost.append(item)
         elif ok:
             report.done.append(item)

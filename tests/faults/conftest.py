@@ -1,12 +1,15 @@
-"""Helpers of the fault-injection suite: real read-only folders, config and export builders."""
+"""Helpers of the fault-injection suite: real read-only folders, config and export builders,
+and the suite's summary (one line per case at the end of the run, and a JSON file)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +76,32 @@ def read_only(path: Path) -> Iterator[Path]:
     finally:
         # lazily: a database engine of the test may still hold a file open in it
         subprocess.run(["umount", "--lazy", str(path)], capture_output=True, check=True)
+
+
+# -- the fault suite's summary ----------------------------------------------------------------
+
+# A JSON file that receives every case of the fault suite run in this session (issue 17:
+# benchmarks/results/fault_suite.json is made this way).
+SUMMARY_ENV = "CUTE_AUTOTUNE_FAULT_SUMMARY"
+_cases: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def fault_summary() -> Callable[[dict[str, Any]], None]:
+    """Adds one case to the suite's summary (printed at the end of the run, and written to
+    $CUTE_AUTOTUNE_FAULT_SUMMARY): what was done to it and what came out, before its asserts
+    run, so that a failing case is in the summary too."""
+    return _cases.append
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _cases:
+        return
+    terminalreporter.section("fault suite")
+    for case in _cases:
+        terminalreporter.write_line(json.dumps(case))
+    out = os.environ.get(SUMMARY_ENV)
+    if out:
+        doc = {"command": f"{SUMMARY_ENV}={out} python -m pytest {' '.join(sys.argv[1:])}",
+               "cases": _cases}
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")

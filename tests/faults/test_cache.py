@@ -98,14 +98,20 @@ def garble_record(path: Path) -> None:
 @pytest.mark.parametrize("damage", [garble, truncate, drop_ptxas, garble_record])
 def test_a_damaged_entry_is_a_logged_miss_and_evicted(
         cache: ArtifactCache, pristine: BuildResult, damage, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+        monkeypatch: pytest.MonkeyPatch, fault_summary) -> None:  # type: ignore[no-untyped-def]
     directory = entry_dir(cache, pristine)
     damage(directory / "kernel.cubin")
     no_nvcc(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="autotune"):
-        assert lookup(SMALL, H200, cache) is None
+        hit = lookup(SMALL, H200, cache)
+    named = any(str(directory) in r.getMessage() for r in caplog.records)
+    fault_summary({"case": f"cubin cache: {damage.__name__.replace('_', ' ')}",
+                   "served": hit is not None, "evicted": not directory.exists(),
+                   "logged_with_its_path": named,
+                   "rebuilt": "on the next compile (test_force_replaces_a_broken_entry)"})
+    assert hit is None
     assert not directory.exists(), "the damaged entry was left in the cache"
-    assert any(str(directory) in r.getMessage() for r in caplog.records), caplog.text
+    assert named, caplog.text
 
 
 def test_force_replaces_a_broken_entry(cache: ArtifactCache, pristine: BuildResult,

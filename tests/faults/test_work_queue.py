@@ -187,3 +187,29 @@ def test_a_worker_that_lost_its_lease_stops_its_item_at_the_next_trial() -> None
     keeper.lost = True
     with pytest.raises(worker_module.LeaseLost):
         keeper.check()
+
+
+def test_a_worker_runs_a_step_again_when_its_connection_broke_and_only_then(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.store.schema import ConnectionLost, StoreError
+    from autotune.tune import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "FIRST_RECONNECT_WAIT_S", 0.0)
+    calls: list[int] = []
+
+    def flaky(error: Exception, failures: int) -> str:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise error
+        return "done"
+
+    broke = ConnectionLost("the tuning database x cannot be used: server closed the connection")
+    assert worker_module._reconnecting(flaky, broke, 2) == "done" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionLost):  # a server that stays away: bounded
+        worker_module._reconnecting(flaky, broke, 99)
+    assert len(calls) == worker_module.CONNECTION_ATTEMPTS
+    calls.clear()
+    with pytest.raises(StoreError):  # any other database error is not retried
+        worker_module._reconnecting(flaky, StoreError("the file is not a database"), 1)
+    assert len(calls) == 1
