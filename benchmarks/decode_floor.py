@@ -3,7 +3,8 @@ timing itself (a one-element fill timed the same way), each decode family's call
 cache (next to nothing to stream) and on the bench's 8k-key cache at split counts 1, 8 and 16,
 and SDPA's default on both, all in one plain alternating check (L2 flushed before each call,
 median of 41). decode90's split calls reduce their splits in a thread-block cluster; each is
-also timed with the combine entry instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us for the whole call.
+also timed with the combine entry instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us
+for the whole call.
 
     python benchmarks/decode_floor.py --json OUT.json
 """
