@@ -744,9 +744,10 @@ decode90)
 decode90tune)
   # Issue 15 with decode90, one call: BENCH=1 runs the decode bench of every problem (both
   # families, --extra --paged) and benchmarks/decode_floor.py first; then a piece of
-  # decode-tuning's dense causal problems (Lq 4 and 16) searched with the decode and decode90
-  # families beside SDPA's backends (--skip-tuned: the decode studies already complete are
-  # kept, their finalists re-ranked with decode90's), started until UNTIL - 70 s.
+  # decode-tuning's dense causal problems (Lq 4 and 16; CAUSAL=false: the Lq=1 ones) searched
+  # with the decode and decode90 families beside SDPA's backends (--skip-tuned: the decode
+  # studies already complete are kept, their finalists re-ranked with decode90's), started
+  # until UNTIL - 70 s.
   f=$OUT/decode90tune; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
   [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
     --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
