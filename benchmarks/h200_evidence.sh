@@ -758,7 +758,7 @@ decode90tune)
     timeout 90 python3 benchmarks/decode_floor.py --json "$f/decode_floor_h200.json" \
       > "$f/decode_floor_h200.txt" 2>&1; echo "floor rc $? at $(( $(date +%s) - t0 )) s"
   fi
-  python3 -m autotune.cli tune --shapes decode-tuning --causal true --kv-cache dense \
+  python3 -m autotune.cli tune --shapes decode-tuning --causal "${CAUSAL:-true}" --kv-cache dense \
     --family decode,decode90 --trials "${TRIALS:-8}" --rerank-top "${RERANK_TOP:-3}" --skip-tuned \
     --stop-after $(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) )) --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$f/tune_piece_$t0.json" --quiet > "$f/tune_piece_$t0.txt" 2>&1
