@@ -101,7 +101,9 @@ def _median(data: dict[str, Any], name: str, problem: Problem, device: DeviceInf
     return float(value)
 
 
-def _device(data: Any) -> DeviceInfo:
+def parse_device(data: Any) -> DeviceInfo:
+    """The device `data` describes (an imported entry's, or a stored row's); BrokenRow if it
+    cannot be one."""
     if not isinstance(data, dict):
         raise BrokenRow(f"'device' must be an object, got {_show(data)}")
     name = _text(data, "name", _length(Device.name))
@@ -124,7 +126,7 @@ def _violations_on(config: Config, device: DeviceInfo) -> list[str]:
 def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEntry:
     if not isinstance(entry, dict):
         raise BrokenRow("entry is not an object")
-    device = _device(entry.get("device"))
+    device = parse_device(entry.get("device"))
     if not isinstance(entry.get("problem"), dict):
         raise BrokenRow(f"'problem' must be an object, got {_show(entry.get('problem'))}")
     problem = Problem(**entry["problem"])

@@ -37,6 +37,14 @@ from .models import (
     check_row_bounds,
 )
 from .records import BaselineTiming, BestRecord, DeviceInfo, TrialResult
+from .row_checks import (
+    build_key_of,
+    check_baseline,
+    check_best_numbers,
+    check_miss,
+    device_of,
+    positive,
+)
 from .schema import (
     READ_ONLY,
     database_error,
@@ -90,11 +98,6 @@ def _problem_or_none(row: ProblemRow) -> Problem | None:
         return None
 
 
-def _device_of(row: Device) -> DeviceInfo:
-    return DeviceInfo(row.name, row.compute_capability, row.sm_count, row.driver_version,
-                      row.cuda_version)
-
-
 def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
     """The stored config, validated again: a broken row is refused, never run."""
     try:
@@ -109,6 +112,18 @@ def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
             raise BrokenRow(f"stored config {row.digest} is for another problem class "
                             f"({mismatch} differ)")
     return config
+
+
+def _build_key(build: Build | None) -> str | None:
+    """The artifact key of a measurement's build; None (logged) for a build row that cannot
+    be one: the timing is then served as of an unknown build."""
+    if build is None:
+        return None
+    try:
+        return build_key_of(build)
+    except BrokenRow as exc:
+        _log.warning("%s: its timings are served without it", exc)
+        return None
 
 
 def _env_columns(env: Environment | None) -> dict[str, Any]:
@@ -350,7 +365,7 @@ class TuningStore:
                 Baseline.problem_id == self._problem(s, problem).id).order_by(Baseline.id)).all()
             return {r.backend: BaselineTiming(r.backend, r.median_us, r.p20_us, r.p80_us,
                                               _env_of(r))
-                    for r in rows}
+                    for r in rows if _baseline_valid(r)}
 
     # -- best configs -----------------------------------------------------------------------
 
@@ -439,8 +454,10 @@ class TuningStore:
     @staticmethod
     def _record(row: BestConfig) -> BestRecord:
         problem = _problem_of(row.problem)
+        device = device_of(row.device)
+        check_best_numbers(row)
         return BestRecord(
-            device=_device_of(row.device), problem=problem,
+            device=device, problem=problem,
             config=_config_of(row.config, problem), median_us=row.median_us, tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
@@ -461,10 +478,11 @@ class TuningStore:
         without one (imported, or timed before builds were recorded) are left out. Kept apart
         from the records, which dispatch reads: it costs two more queries."""
         with self._reading() as s:
-            query = (select(BestConfig.id, Build.artifact_key).select_from(BestConfig)
+            query = (select(BestConfig.id, Build).select_from(BestConfig)
                      .join(Measurement, Measurement.id == BestConfig.measurement_id)
                      .join(Build, Build.id == Measurement.build_id))
-            timed = {best_id: key for best_id, key in s.execute(query)}
+            timed = {best_id: key for best_id, build in s.execute(query)
+                     if (key := _build_key(build)) is not None}
             return {(row.device.name, problem): timed[row.id]
                     for row in self._best_rows(s, device)
                     if timed.get(row.id) and (problem := _problem_or_none(row.problem))}
@@ -498,7 +516,7 @@ class TuningStore:
                                             Measurement.build_id.is_not(None)))
                 trial = s.get(Measurement, built) if built is not None else None
                 if trial is not None and trial.build is not None and (
-                        trial.build.artifact_key != current_key(_config_of(trial.config))):
+                        _build_key(trial.build) != current_key(_config_of(trial.config))):
                     return False
             return True
 
@@ -535,20 +553,39 @@ class TuningStore:
         this GPU model: a stored best with a speed-up above 1, or a measurement faster than
         the SDPA timing stored with it."""
         head_dim, dtype, causal, lq = region
-        # SQL keeps the (family, Lq) pairs of the problem class on this GPU model; the Lq
-        # bucket, a function of the caller's, is applied to those few here.
-        best = (select(BestConfig.family, ProblemRow.seqlen_q)
+        # SQL keeps the rows of the problem class on this GPU model that claim to be faster;
+        # the Lq bucket, a function of the caller's, is applied to those few here, and so is
+        # the check that the claim is made of real times (SQLite compares text in a number
+        # column as greater than any number, and a time of -1 is below any).
+        best = (select(BestConfig.id, BestConfig.family, ProblemRow.seqlen_q,
+                       BestConfig.median_us, BestConfig.sdpa_default_us,
+                       BestConfig.speedup_vs_default)
                 .join(BestConfig.device).join(BestConfig.problem)
                 .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
                        BestConfig.family != "sdpa", BestConfig.speedup_vs_default > 1.0))
-        measured = (select(KernelConfig.family, ProblemRow.seqlen_q).select_from(Measurement)
+        measured = (select(Measurement.id, KernelConfig.family, ProblemRow.seqlen_q,
+                           Measurement.median_us, Measurement.baseline_us)
+                    .select_from(Measurement)
                     .join(KernelConfig).join(ProblemRow).join(Device)
                     .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
                            Measurement.status == Status.OK, KernelConfig.family != "sdpa",
                            Measurement.median_us < Measurement.baseline_us))
+        families = set()
         with self._reading() as s:
-            return {family for family, seqlen_q in s.execute(best.union(measured))
-                    if bucket(seqlen_q) == lq}
+            for best_id, family, seqlen_q, median, sdpa, speedup in s.execute(best):
+                if not (positive(median) and positive(sdpa) and positive(speedup)
+                        and math.isclose(speedup, sdpa / median, rel_tol=1e-6)):
+                    _log.warning("stored best config #%s has no valid speed-up (%r us, SDPA "
+                                 "%r us, %r): left out", best_id, median, sdpa, speedup)
+                elif bucket(seqlen_q) == lq:
+                    families.add(family)
+            for measurement_id, family, seqlen_q, time, baseline in s.execute(measured):
+                if not (positive(time) and positive(baseline)):
+                    _log.warning("stored measurement #%s has no valid median_us or baseline_us "
+                                 "(%r, %r): left out", measurement_id, time, baseline)
+                elif bucket(seqlen_q) == lq:
+                    families.add(family)
+        return families
 
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
@@ -681,7 +718,7 @@ class TuningStore:
     def _timing_of(row: Measurement) -> TrialResult:
         """A stored measurement as the TrialResult it recorded (`reused`: from the database);
         a row whose config, status or time cannot be one is refused (BrokenRow, naming it)."""
-        build_key = row.build.artifact_key if row.build is not None else None
+        build_key = _build_key(row.build)
         try:
             status = Status(row.status)
         except ValueError:
@@ -765,11 +802,11 @@ class TuningStore:
                      .where(*same_gpu(device), Baseline.backend == backend,
                             *_is_problem(problem))
                      .order_by(Baseline.id.desc()))
-            row = s.scalars(query).first()
-            if row is None:
-                return None
-            return BaselineTiming(row.backend, row.median_us, row.p20_us, row.p80_us,
-                                  _env_of(row))
+            for row in s.scalars(query):
+                if _baseline_valid(row):
+                    return BaselineTiming(row.backend, row.median_us, row.p20_us, row.p80_us,
+                                          _env_of(row))
+            return None
 
     # -- runtime misses ---------------------------------------------------------------------
 
@@ -835,13 +872,32 @@ class TuningStore:
                                               RuntimeMiss.sm_count))
             query = query.order_by(RuntimeMiss.count.desc(), RuntimeMiss.last_seen.desc(),
                                    RuntimeMiss.id)
-            if limit is not None:
-                query = query.limit(limit)
-            return [MissRecord(row.device_name, row.compute_capability, row.sm_count,
-                               problem, row.path, row.count,
-                               _iso_utc(row.first_seen), _iso_utc(row.last_seen))
-                    for row in s.scalars(query)
-                    if (problem := _problem_or_none(row.problem)) is not None]
+            # no LIMIT in SQL: a refused row (text sorts above every count in SQLite) must not
+            # take the place of one that is served
+            found = [MissRecord(row.device_name, row.compute_capability, row.sm_count,
+                                problem, row.path, row.count,
+                                _iso_utc(row.first_seen), _iso_utc(row.last_seen))
+                     for row in s.scalars(query)
+                     if _miss_valid(row) and (problem := _problem_or_none(row.problem))]
+            return found[:limit]
+
+
+def _baseline_valid(row: Baseline) -> bool:
+    try:
+        check_baseline(row)
+    except BrokenRow as exc:
+        _log.warning("%s: left out", exc)
+        return False
+    return True
+
+
+def _miss_valid(row: RuntimeMiss) -> bool:
+    try:
+        check_miss(row)
+    except BrokenRow as exc:
+        _log.warning("%s: left out", exc)
+        return False
+    return True
 
 
 # -- runtime misses: helpers ----------------------------------------------------------------

@@ -108,10 +108,39 @@ def test_a_damaged_entry_is_a_logged_miss_and_evicted(
     fault_summary({"case": f"cubin cache: {damage.__name__.replace('_', ' ')}",
                    "served": hit is not None, "evicted": not directory.exists(),
                    "logged_with_its_path": named,
-                   "rebuilt": "on the next compile (test_force_replaces_a_broken_entry)"})
+                   "rebuilt": "by the next plain compile "
+                              "(test_a_damaged_entry_is_rebuilt_by_a_plain_compile)"})
     assert hit is None
     assert not directory.exists(), "the damaged entry was left in the cache"
     assert named, caplog.text
+
+
+def test_a_damaged_entry_is_rebuilt_by_a_plain_compile(
+        cache: ArtifactCache, pristine: BuildResult, caplog: pytest.LogCaptureFixture,
+        fault_summary) -> None:  # type: ignore[no-untyped-def]
+    """Detected by its digest and evicted, the entry is built again by a compile without
+    --force (the cache has nothing to keep), and what it holds then is a valid cubin."""
+    directory = entry_dir(cache, pristine)
+    truncate(directory / "kernel.cubin")
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        rebuilt = compile_config(SMALL, H200, cache)
+    served = lookup(SMALL, H200, cache)
+    cubin = (directory / "kernel.cubin").read_bytes() if directory.exists() else b""
+    record = json.loads((directory / "build.json").read_text()) if directory.exists() else {}
+    detected = any("SHA-256" in r.getMessage() for r in caplog.records)
+    try:
+        valid = read_launch_info(cubin) == pristine.launch_info
+    except Exception:  # noqa: BLE001 - a damaged cubin served again is this case's failure
+        valid = False
+    fault_summary({"case": "cubin cache: truncated cubin rebuilt by a plain compile",
+                   "detected_by_digest": detected, "rebuilt": rebuilt.ok and not rebuilt.cached,
+                   "served_after": served is not None and served.cached,
+                   "valid_cubin": valid})
+    assert detected, caplog.text
+    assert rebuilt.ok and not rebuilt.cached, rebuilt.message
+    assert valid
+    assert record["cubin_sha256"] == hashlib.sha256(cubin).hexdigest()
+    assert served is not None and served.cached and served.cubin == directory / "kernel.cubin"
 
 
 def test_force_replaces_a_broken_entry(cache: ArtifactCache, pristine: BuildResult,
