@@ -311,7 +311,8 @@ class TuningStore:
 
     def find_trial(self, device: DeviceInfo, problem: Problem, config: Config,
                    build_key: str | None) -> TrialResult | None:
-        """The latest timed measurement of this (device, problem, config, build), if any."""
+        """The latest timed measurement of this (device, problem, config, build), if any; a
+        newer row whose time cannot be one is refused by name and the next one taken."""
         with self._transaction() as s:
             query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
                      .where(*same_gpu(device), KernelConfig.digest == config.digest,
@@ -321,12 +322,16 @@ class TuningStore:
             if build_key is not None:
                 query = query.join(Build, Measurement.build_id == Build.id).where(
                     Build.artifact_key == build_key)
-            row = s.scalars(query).first()
-            if row is None:
-                return None
-            return TrialResult(config, Status.OK, row.reason, row.median_us, row.p20_us,
-                               row.p80_us, row.rounds, row.rel_err, row.max_abs_err, build_key,
-                               reused=True, env=_env_of(row))
+            for row in s.scalars(query):
+                try:
+                    self._timing_of(row)
+                except BrokenRow as exc:
+                    _log.warning("%s: not reused", exc)
+                    continue
+                return TrialResult(config, Status.OK, row.reason, row.median_us, row.p20_us,
+                                   row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
+                                   build_key, reused=True, env=_env_of(row))
+            return None
 
     def trials(self, device: DeviceInfo | None = None, problem: Problem | None = None,
                study: str | None = None) -> list[dict[str, Any]]:

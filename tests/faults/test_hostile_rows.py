@@ -109,6 +109,30 @@ def test_a_measurement_with_a_hostile_time_is_refused_by_name_and_the_rest_serve
     assert "median_us" in refused[0]
 
 
+def test_a_resumed_search_never_reuses_a_hostile_measurement(
+        url: str, fault_summary: Callable[[dict[str, Any]], None],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The tuner's resume path (find_trial) takes the latest valid measurement of a config: a
+    newer one with a hostile time is refused by name, the older valid one reused."""
+    store = TuningStore(url)
+    config = Config.from_dict(sm80_config())
+    for median in (400.0, 390.0):
+        store.record_trial(H200, PROBLEMS[0], TrialResult(config, Status.OK, median_us=median),
+                           build=None, study="s", phase="search", baseline_us=None)
+    with create_engine(url).connect() as c:
+        hostile_id = c.execute(text(
+            "select id from measurements where median_us = 390.0")).scalar_one()
+    _hostile(url, f"update measurements set median_us = -1 where id = {hostile_id}")
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        reused = store.find_trial(H200, PROBLEMS[0], config, None)
+    refused = _warnings(caplog)
+    fault_summary({"case": "hostile row: measurements.median_us negative, resumed search",
+                   "backend": create_engine(url).dialect.name, "refused": refused,
+                   "served": None if reused is None else reused.median_us})
+    assert reused is not None and reused.median_us == 400.0 and reused.reused
+    assert len(refused) == 1 and f"measurement #{hostile_id}" in refused[0]
+
+
 def test_a_device_with_a_hostile_identity_is_refused_by_name_and_the_rest_served(
         url: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
     store = TuningStore(url)
