@@ -321,7 +321,9 @@ def main() -> int:
     parser.add_argument("--rerank-top", type=int, default=2)
     parser.add_argument("--kill-after", type=int, default=20,
                         help="search measurements of a last-round item before the kill")
-    parser.add_argument("--lease", type=float, default=8.0)
+    parser.add_argument("--lease", type=float, default=6.0,
+                        help="seconds; renewed every third of it. Short, as the lease wait is "
+                        "in the speedup")
     parser.add_argument("--poll", type=float, default=0.05, help="seconds between DB polls")
     parser.add_argument("--orphan-wait", type=float, default=30.0,
                         help="seconds the killed worker's children get to end by themselves")
