@@ -318,7 +318,7 @@ decode15tune)
     > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
   set -- ${KINDS:-seqlens paged16 paged64}
   while [ $# -gt 0 ]; do
-    budget=$(( (${UNTIL:-520} - ($(date +%s) - t0) - 20) / $# ))
+    budget=$(( (${UNTIL:-500} - ($(date +%s) - t0) - 20) / $# ))
     python3 -m autotune.cli tune --shapes decode-tuning --kv-cache "$1" --family decode \
       --trials "${TRIALS:-8}" --rerank-top 3 --stop-after "$budget" \
       --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$1.json" --quiet > "$f/tune_$1.txt" 2>&1
@@ -886,8 +886,8 @@ scaleout)
     --dtype fp16 --causal false --arch sm_90 --jobs 16 --quiet > "$f/compile.txt" 2>&1
   echo "compile rc $? at $(( $(date +%s) - t0 )) s: $(tail -n 1 "$f/compile.txt")"
   args="--trials ${TRIALS:-24} --kill-after ${KILL_AFTER:-20} --lease ${LEASE:-6}"
-  timeout $(( ${UNTIL:-520} - ($(date +%s) - t0) )) python3 benchmarks/scale_out.py \
-    --out "$f" $args --until $(( ${UNTIL:-520} - 15 - ($(date +%s) - t0) )) \
+  timeout $(( ${UNTIL:-500} - ($(date +%s) - t0) )) python3 benchmarks/scale_out.py \
+    --out "$f" $args --until $(( ${UNTIL:-500} - 15 - ($(date +%s) - t0) )) \
     ${REPLAY:+--replay "$REPLAY"} --command "TRIALS=${TRIALS:-24} KILL_AFTER=${KILL_AFTER:-20} LEASE=${LEASE:-6}${REPLAY:+ REPLAY=$REPLAY} bash benchmarks/h200_evidence.sh scaleout: python3 benchmarks/scale_out.py $args${REPLAY:+ --replay $REPLAY}" \
     > "$f/scale_out.txt" 2>&1
   echo "scale_out rc $? at $(( $(date +%s) - t0 )) s"
