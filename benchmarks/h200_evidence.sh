@@ -318,7 +318,7 @@ decode15tune)
     > "$f/model_bench_h200.txt" 2>&1; echo "model bench rc $? at $(( $(date +%s) - t0 )) s"
   set -- ${KINDS:-seqlens paged16 paged64}
   while [ $# -gt 0 ]; do
-    budget=$(( (${UNTIL:-500} - ($(date +%s) - t0) - 20) / $# ))
+    budget=$(( (${UNTIL:-520} - ($(date +%s) - t0) - 20) / $# ))
     python3 -m autotune.cli tune --shapes decode-tuning --kv-cache "$1" --family decode \
       --trials "${TRIALS:-8}" --rerank-top 3 --stop-after "$budget" \
       --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$1.json" --quiet > "$f/tune_$1.txt" 2>&1
