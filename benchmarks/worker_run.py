@@ -82,16 +82,23 @@ def db_state(path: Path) -> dict[str, Any]:
     straight from the SQLite file (read-only; the worker may be writing)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        items = [dict(zip(("id", "problem_id", "state", "worker", "attempts", "message",
-                           "lease_until"), r, strict=True))
-                 for r in con.execute("select id, problem_id, state, worker, attempts, message, "
-                                      "lease_until from work_items order by id")]
+        columns = ("id", "problem_id", "state", "worker", "attempts", "message", "lease_until",
+                   "started_at", "finished_at")
+        items = [dict(zip(columns, r, strict=True)) for r in con.execute(
+            f"select {', '.join(columns)} from work_items order by id")]
         measured: dict[tuple[int, str], int] = {}
-        for problem_id, phase, n in con.execute(
-                "select problem_id, phase, count(*) from measurements group by 1, 2"):
-            measured[(problem_id, phase)] = n
+        timed: dict[int, int] = {}  # search measurements that were validated and timed
+        by_status: dict[str, int] = {}
+        for problem_id, phase, status, n in con.execute(
+                "select problem_id, phase, status, count(*) from measurements group by 1, 2, 3"):
+            measured[(problem_id, phase)] = measured.get((problem_id, phase), 0) + n
+            if phase == "search":
+                by_status[status] = by_status.get(status, 0) + n
+                if status == "ok":
+                    timed[problem_id] = timed.get(problem_id, 0) + n
         for item in items:
             item["search_measurements"] = measured.get((item["problem_id"], "search"), 0)
+            item["search_timed"] = timed.get(item["problem_id"], 0)
             item["rerank_measurements"] = measured.get((item["problem_id"], "rerank"), 0)
         try:
             trials = dict(con.execute("select state, count(*) from trials group by 1").fetchall())
@@ -110,6 +117,8 @@ def db_state(path: Path) -> dict[str, Any]:
                 "running_trials_without_owner": int(running[1] or 0) - int(running[0] or 0),
                 "search_measurements": sum(n for (_, ph), n in measured.items()
                                            if ph == "search"),
+                "search_timed": sum(timed.values()),
+                "search_measurements_by_status": by_status,
                 "rerank_measurements": sum(n for (_, ph), n in measured.items()
                                            if ph == "rerank"),
                 "duplicated_search_measurements": int(duplicated)}
@@ -363,6 +372,66 @@ def retime(export_a: Path, export_b: Path, out: Path, calls: int, warmup: int) -
     return 0
 
 
+def retime_together(run: Run, export_a: Path, export_b: Path, calls: int, warmup: int,
+                    deadline: float) -> dict[str, dict[str, Any]]:
+    """Step 3 in its own process (this file's --retime, on GPU 0): the stored best of both
+    exports re-timed together; its rows by problem key, none when it failed."""
+    started, into = run.now(), run.out / "retime.json"
+    with open(run.out / "retime.txt", "w") as f:
+        try:
+            rc = subprocess.run(
+                [sys.executable, __file__, "--out", str(run.out), "--calls", str(calls),
+                 "--warmup", str(warmup), "--retime", str(export_a), str(export_b), str(into)],
+                stdout=f, stderr=subprocess.STDOUT,
+                timeout=max(10.0, deadline - time.time())).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    run.commands.append({"name": "retime", "rc": rc, "log": "retime.txt", "start_s": started,
+                         "end_s": run.now()})
+    print(f"[{run.now():7.1f} s] retime: rc {rc}", flush=True)
+    if rc != 0:
+        return {}
+    return {json.dumps(r["problem"], sort_keys=True): r
+            for r in json.loads(into.read_text())["rows"]}
+
+
+# The two runs compared, as named in the summary's rows (A first, B second).
+SIDES = ("a_worker", "b_plain")
+
+
+def compare_winners(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]],
+                    retimed: dict[str, dict[str, Any]], problems: list[str], tolerance: float,
+                    dry_run: bool, sides: tuple[str, str]) -> list[dict[str, Any]]:
+    """A row per problem: both winners, the ratio A/B (re-timed; in a dry run, of the stored
+    medians) and whether it is within 1 +- tolerance."""
+    rows = []
+    for key in sorted(set(a) | set(b), key=lambda k: problems_order(k, problems)):
+        ra, rb = a.get(key), b.get(key)
+        row: dict[str, Any] = {"problem": json.loads(key)}
+        for side, rec in zip(sides, (ra, rb), strict=True):
+            row[side] = None if rec is None else {
+                "config": rec["config"], "name": config_name(rec["config"]),
+                "stored_median_us": rec["median_us"], "trials": rec["trials"]}
+        row["identical_winners"] = bool(ra and rb and ra["config"] == rb["config"])
+        if key in retimed:
+            plain = retimed[key]["plain_alternating"]
+            row["retimed"] = retimed[key]
+            row["ratio_a_over_b"] = plain["A"]["median_us"] / plain["B"]["median_us"]
+            regime = retimed[key]["regime"]
+            row["regime_ratio_a_over_b"] = regime["A"]["median_us"] / regime["B"]["median_us"]
+            row["ratio_basis"] = "re-timed: plain alternating check, medians"
+        elif dry_run and ra and rb:
+            row["ratio_a_over_b"] = ra["median_us"] / rb["median_us"]
+            row["ratio_basis"] = "DRY RUN: stored medians of each run, NOT re-timed"
+        else:
+            row["ratio_a_over_b"] = None
+            row["ratio_basis"] = "missing (a run or the re-timing failed)"
+        ratio = row["ratio_a_over_b"]
+        row["pass"] = ratio is not None and abs(ratio - 1.0) <= tolerance
+        rows.append(row)
+    return rows
+
+
 # -- the whole run ----------------------------------------------------------------------------
 
 def shapes_toml(path: Path, problems: list[str], head_dim: int, dtype: str) -> None:
@@ -454,50 +523,11 @@ def main() -> int:
     for name, url in (("export_a_worker", url_a), ("export_b_plain", url_b)):
         run.call(name, ["export", "--db", url], 60, suffix=".json")
     a, b = winners(out / "export_a_worker.json"), winners(out / "export_b_plain.json")
-    retimed: dict[str, Any] = {}
-    if not args.replay:
-        started = run.now()
-        with open(out / "retime.txt", "w") as f:
-            try:
-                rc_t = subprocess.run(
-                    [sys.executable, __file__, "--out", str(out), "--calls", str(args.calls),
-                     "--warmup", str(args.warmup), "--retime", str(out / "export_a_worker.json"),
-                     str(out / "export_b_plain.json"), str(out / "retime.json")],
-                    stdout=f, stderr=subprocess.STDOUT,
-                    timeout=max(10.0, deadline - time.time())).returncode
-            except subprocess.TimeoutExpired:
-                rc_t = 124
-        run.commands.append({"name": "retime", "rc": rc_t, "log": "retime.txt",
-                             "start_s": started, "end_s": run.now()})
-        print(f"[{run.now():7.1f} s] retime: rc {rc_t}", flush=True)
-        if rc_t == 0:
-            retimed = {json.dumps(r["problem"], sort_keys=True): r
-                       for r in json.loads((out / "retime.json").read_text())["rows"]}
-    rows = []
-    for key in sorted(set(a) | set(b), key=lambda k: problems_order(k, problems)):
-        ra, rb = a.get(key), b.get(key)
-        row: dict[str, Any] = {"problem": json.loads(key)}
-        for side, rec in (("a_worker", ra), ("b_plain", rb)):
-            row[side] = None if rec is None else {
-                "config": rec["config"], "name": config_name(rec["config"]),
-                "stored_median_us": rec["median_us"], "trials": rec["trials"]}
-        row["identical_winners"] = bool(ra and rb and ra["config"] == rb["config"])
-        if key in retimed:
-            plain = retimed[key]["plain_alternating"]
-            row["retimed"] = retimed[key]
-            row["ratio_a_over_b"] = plain["A"]["median_us"] / plain["B"]["median_us"]
-            regime = retimed[key]["regime"]
-            row["regime_ratio_a_over_b"] = regime["A"]["median_us"] / regime["B"]["median_us"]
-            row["ratio_basis"] = "re-timed: plain alternating check, medians"
-        elif args.replay and ra and rb:
-            row["ratio_a_over_b"] = ra["median_us"] / rb["median_us"]
-            row["ratio_basis"] = "DRY RUN: stored medians of each run, NOT re-timed"
-        else:
-            row["ratio_a_over_b"] = None
-            row["ratio_basis"] = "missing (a run or the re-timing failed)"
-        ratio = row["ratio_a_over_b"]
-        row["pass"] = ratio is not None and abs(ratio - 1.0) <= args.tolerance
-        rows.append(row)
+    retimed = {} if args.replay else retime_together(
+        run, out / "export_a_worker.json", out / "export_b_plain.json", args.calls, args.warmup,
+        deadline)
+    rows = compare_winners(a, b, retimed, problems, args.tolerance, bool(args.replay),
+                           SIDES)
     summary["problems"] = rows
     checks = summary["worker_run"].get("checks", {})
     summary["pass"] = bool(checks.get("ok") and rc_b == 0 and len(rows) == len(problems)
@@ -535,12 +565,20 @@ def print_table(summary: dict[str, Any]) -> None:
           f"{checks.get('running_trials_left')}, search measurements "
           f"{checks.get('search_measurements_at_kill')} -> "
           f"{checks.get('search_measurements_at_end')}")
-    print(f"{'problem':<24} {'A (worker) winner':<58} {'B (plain) winner':<58} "
-          f"{'A us':>8} {'B us':>8} {'A/B':>7}  pass")
-    for row in summary["problems"]:
+    print_rows(summary["problems"], SIDES, ("A (worker) winner", "B (plain) winner"))
+    print(f"worker checks ok: {checks.get('ok')}; overall pass: {summary['pass']}; "
+          f"wall {summary['wall_s']} s")
+
+
+def print_rows(rows: list[dict[str, Any]], sides: tuple[str, str],
+               titles: tuple[str, str]) -> None:
+    """The winners of both runs per problem, their times and ratio (compare_winners' rows)."""
+    print(f"{'problem':<24} {titles[0]:<58} {titles[1]:<58} {'A us':>8} {'B us':>8} {'A/B':>7}"
+          "  pass")
+    for row in rows:
         p = row["problem"]
         shape = f"B{p['batch']} H{p['heads_q']}/{p['heads_kv']} L{p['seqlen_q']}"
-        a, b = row["a_worker"], row["b_plain"]
+        a, b = row[sides[0]], row[sides[1]]
         if "retimed" in row:
             plain = row["retimed"]["plain_alternating"]
             a_us, b_us = plain["A"]["median_us"], plain["B"]["median_us"]
@@ -552,8 +590,6 @@ def print_table(summary: dict[str, Any]) -> None:
               f"{a_us:8.1f} {b_us:8.1f} {ratio if ratio is not None else float('nan'):7.4f}"
               f"  {'yes' if row['pass'] else 'NO'}"
               + ("  (same config)" if row["identical_winners"] else ""))
-    print(f"worker checks ok: {checks.get('ok')}; overall pass: {summary['pass']}; "
-          f"wall {summary['wall_s']} s")
 
 
 if __name__ == "__main__":
