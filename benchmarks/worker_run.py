@@ -280,14 +280,6 @@ def config_name(config: dict[str, Any]) -> str:
     return load_space(parsed.family).name_of(parsed)
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 # -- step 3, in its own process on the GPU ----------------------------------------------------
 
 def plain_alternating(fns: dict[str, Any], n_sets: int, calls: int, warmup: int
@@ -324,8 +316,9 @@ def plain_alternating(fns: dict[str, Any], n_sets: int, calls: int, warmup: int
     result = {}
     for name, pairs in events.items():
         us = [s.elapsed_time(e) * 1e3 for s, e in pairs]
-        result[name] = {"median_us": statistics.median(us), "p20_us": quantile(us, 0.2),
-                        "p80_us": quantile(us, 0.8), "calls": len(us)}
+        deciles = statistics.quantiles(us, n=10, method="inclusive")
+        result[name] = {"median_us": statistics.median(us), "p20_us": deciles[1],
+                        "p80_us": deciles[7], "calls": len(us)}
     return result
 
 

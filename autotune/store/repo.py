@@ -370,7 +370,7 @@ class TuningStore:
                 Baseline.problem_id == self._problem(s, problem).id).order_by(Baseline.id)).all()
             return {r.backend: BaselineTiming(r.backend, r.median_us, r.p20_us, r.p80_us,
                                               _env_of(r))
-                    for r in rows if _baseline_valid(r)}
+                    for r in rows if _passes(check_baseline, r)}
 
     # -- best configs -----------------------------------------------------------------------
 
@@ -808,7 +808,7 @@ class TuningStore:
                             *_is_problem(problem))
                      .order_by(Baseline.id.desc()))
             for row in s.scalars(query):
-                if _baseline_valid(row):
+                if _passes(check_baseline, row):
                     return BaselineTiming(row.backend, row.median_us, row.p20_us, row.p80_us,
                                           _env_of(row))
             return None
@@ -883,22 +883,14 @@ class TuningStore:
                                 problem, row.path, row.count,
                                 _iso_utc(row.first_seen), _iso_utc(row.last_seen))
                      for row in s.scalars(query)
-                     if _miss_valid(row) and (problem := _problem_or_none(row.problem))]
+                     if _passes(check_miss, row) and (problem := _problem_or_none(row.problem))]
             return found[:limit]
 
 
-def _baseline_valid(row: Baseline) -> bool:
+def _passes(check: Callable[[Any], None], row: Any) -> bool:
+    """Whether `row` passes `check` (row_checks); a row that fails is logged and left out."""
     try:
-        check_baseline(row)
-    except BrokenRow as exc:
-        _log.warning("%s: left out", exc)
-        return False
-    return True
-
-
-def _miss_valid(row: RuntimeMiss) -> bool:
-    try:
-        check_miss(row)
+        check(row)
     except BrokenRow as exc:
         _log.warning("%s: left out", exc)
         return False
