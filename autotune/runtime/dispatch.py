@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from .._jsonfile import JsonInputError, read_json
 from .._paths import db_dir
@@ -51,6 +51,8 @@ from ..store.repo import BrokenRow, TuningStore
 
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
 UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
+
+T = TypeVar("T")
 
 
 def lq_bucket(seqlen_q: int) -> str:
@@ -226,21 +228,29 @@ class Dispatcher:
         options: list[Decision] = []
         notes: list[str] = []
         faster: set[str] | None = None  # kernel families measured faster than SDPA here
+
+        def unless_refused(read: Callable[[], T]) -> T | None:
+            # a refused row costs its own option, never the lookups after it
+            try:
+                return read()
+            except BrokenRow as exc:
+                notes.append(f"refused a database row: {exc}")
+                return None
+
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
             store = self.store()
-            exact = store.best(device, problem)
+            exact = unless_refused(lambda: store.best(device, problem))
             if exact is not None:
                 options.append(self._tuned(EXACT, "tuned for this problem", exact, 0.0))
-            near = store.nearest(device, problem)
+            near = unless_refused(lambda: store.nearest(device, problem))
             if near is not None and (exact is None or near[0].config != exact.config):
                 record, distance = near
                 options.append(self._tuned(NEAREST, "nearest tuned problem", record, distance))
             if self.untuned == "measured":
-                faster = store.families_faster_than_sdpa(device, region(problem), lq_bucket)
-        except BrokenRow as exc:
-            notes.append(f"refused a database row: {exc}")
+                faster = unless_refused(lambda: store.families_faster_than_sdpa(
+                    device, region(problem), lq_bucket))
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             notes.append(f"tuning database unavailable: {exc}")
             if not self._warned_db:

@@ -528,7 +528,8 @@ class TuningStore:
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
                 family: str | None = None) -> tuple[BestRecord, float] | None:
         """The tuned problem of the same dtype, head dim, causality and KV-cache kind nearest to
-        `problem` (of those whose best config is of `family`, when given)."""
+        `problem` (of those whose best config is of `family`, when given); a refused row is
+        logged and passed over for the next nearest."""
         # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
         # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
         # row), and only the nearest is read whole.
@@ -542,13 +543,15 @@ class TuningStore:
         with self._reading() as s:
             candidates = [(_distance(problem, *sizes), best_id)
                           for best_id, *sizes in s.execute(_of_device(query, device))]
-            if not candidates:
-                return None
-            distance, best_id = min(candidates)
-            row = s.scalars(select(BestConfig).where(BestConfig.id == best_id).options(
-                joinedload(BestConfig.device), joinedload(BestConfig.problem),
-                joinedload(BestConfig.config))).one()
-            return self._record(row), distance
+            for distance, best_id in sorted(candidates):
+                row = s.scalars(select(BestConfig).where(BestConfig.id == best_id).options(
+                    joinedload(BestConfig.device), joinedload(BestConfig.problem),
+                    joinedload(BestConfig.config))).one()
+                try:
+                    return self._record(row), distance
+                except BrokenRow as exc:
+                    _log.warning("%s: passed over for the next nearest", exc)
+            return None
 
     def families_faster_than_sdpa(self, device: DeviceInfo,
                                   region: tuple[int, str, bool, str],

@@ -266,3 +266,30 @@ def test_a_build_with_a_hostile_artifact_key_is_refused_by_name_and_the_rest_ser
     assert timed == {("NVIDIA H200", PROBLEMS[1]): "b" * 32}
     assert [(t.median_us, t.build_key) for t in timings] == [(400.0, None)]
     assert refused and all(f"build #{hostile_id}" in r for r in refused)
+
+
+def test_a_refused_best_leaves_dispatch_the_nearest_problem(
+        url: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    """A refused best of the exact problem is one row: dispatch still takes the nearest tuned
+    problem (and nearest() passes over a refused row to the next nearest) rather than falling
+    to the built-in defaults."""
+    from autotune.model.target import target_for_capability
+    from autotune.runtime.dispatch import Dispatcher
+
+    store = TuningStore(url)
+    wanted = Problem(4, 16, 16, 3000, 3000, 128, "fp16", False)
+    near = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
+    far = Problem(4, 16, 16, 1024, 1024, 128, "fp16", False)
+    for problem, median in ((wanted, 700.0), (near, 400.0), (far, 110.0)):
+        _set_best(store, H200, problem, median, sdpa=2 * median)
+    _hostile(url, f"update best_configs set median_us = {_typed(url, repr('x'), '-1')} "
+                  "where problem_id in (select id from problems where seqlen_q in (3000, 2048))")
+    nearest = store.nearest(H200, wanted)
+    decision = Dispatcher(url, use_shipped=False).would_run(wanted, H200,
+                                                             target_for_capability(90))
+    fault_summary({"case": "hostile rows: best_configs of the exact and the nearest problem",
+                   "backend": _backend(url), "refused": list(decision.skipped),
+                   "served": decision.describe()})
+    assert nearest is not None and nearest[0].problem == far
+    assert decision.path == "nearest" and decision.tuned_problem == far, decision.describe()
+    assert any("best config #" in note for note in decision.skipped), decision.skipped
