@@ -7,7 +7,10 @@ trials, ... and its own `alembic_version`); our migrations keep their revision i
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -22,9 +25,36 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 INT32 = (-(2**31), 2**31 - 1)
+_log = logging.getLogger(__name__)
+
+
+class StoredDateTime(TypeDecorator[datetime]):
+    """A timezone-aware date column whose unreadable stored value reads as none, with a
+    warning: SQLite keeps any text in a date column, and one such row must not fail every read
+    of its table (PostgreSQL refuses the text on write)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: Any
+                         ) -> Callable[[Any], datetime | None] | None:
+        parse = self.impl_instance.result_processor(dialect, coltype)
+        if parse is None:
+            return None
+
+        def read(value: Any) -> datetime | None:
+            try:
+                return parse(value)
+            except (ValueError, TypeError):
+                _log.warning("a stored date is not one: %r (read as none)", value)
+                return None
+
+        return read
 
 
 def utcnow() -> datetime:
@@ -147,7 +177,7 @@ class Measurement(TimedUnder, Base):
     rel_err: Mapped[float | None] = mapped_column(Float)
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     baseline_us: Mapped[float | None] = mapped_column(Float)  # SDPA default, same session
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
 
     config: Mapped[KernelConfig] = relationship()
     build: Mapped[Build | None] = relationship()
@@ -168,7 +198,7 @@ class Baseline(TimedUnder, Base):
     p20_us: Mapped[float] = mapped_column(Float)
     p80_us: Mapped[float] = mapped_column(Float)
     tflops: Mapped[float] = mapped_column(Float)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
 
 
 class BestConfig(Base):
@@ -206,7 +236,7 @@ class BestConfig(Base):
     torch_version: Mapped[str | None] = mapped_column(String(64))
     cudnn_version: Mapped[str | None] = mapped_column(String(32))
     regime: Mapped[str | None] = mapped_column(String(32))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
+    updated_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow,
                                                  onupdate=utcnow)
 
     device: Mapped[Device] = relationship()
@@ -231,8 +261,8 @@ class RuntimeMiss(Base):
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
     path: Mapped[str] = mapped_column(String(16))  # nearest | heuristic | sdpa | fallback
     count: Mapped[int] = mapped_column(BigInteger)
-    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    first_seen: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
 
     problem: Mapped[ProblemRow] = relationship()
 
@@ -258,12 +288,12 @@ class WorkItem(Base):
     settings_json: Mapped[str] = mapped_column(Text)
     state: Mapped[str] = mapped_column(String(16))
     worker: Mapped[str | None] = mapped_column(String(200))
-    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_until: Mapped[datetime | None] = mapped_column(StoredDateTime())
     attempts: Mapped[int] = mapped_column(Integer)
     message: Mapped[str | None] = mapped_column(Text)
-    enqueued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    enqueued_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(StoredDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(StoredDateTime())
 
     problem: Mapped[ProblemRow] = relationship()
 

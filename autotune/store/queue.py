@@ -43,7 +43,7 @@ class QueuedItem:
     worker: str | None
     attempts: int
     lease_until: datetime | None
-    enqueued_at: datetime
+    enqueued_at: datetime | None  # None: the stored date was unreadable (models.StoredDateTime)
     started_at: datetime | None
     finished_at: datetime | None
     message: str | None
@@ -74,8 +74,9 @@ def _item(row: WorkItem, problem: Problem) -> QueuedItem:
     return QueuedItem(
         row.id, row.device_name, row.compute_capability, row.sm_count, problem,
         tuple(f for f in row.families.split(",") if f), _settings_or_none(row) or {},
-        row.state, row.worker, row.attempts, _maybe_utc(row.lease_until), _utc(row.enqueued_at),
-        _maybe_utc(row.started_at), _maybe_utc(row.finished_at), row.message)
+        row.state, row.worker, row.attempts, _maybe_utc(row.lease_until),
+        _maybe_utc(row.enqueued_at), _maybe_utc(row.started_at), _maybe_utc(row.finished_at),
+        row.message)
 
 
 class WorkQueue:

@@ -293,3 +293,32 @@ def test_a_refused_best_leaves_dispatch_the_nearest_problem(
     assert nearest is not None and nearest[0].problem == far
     assert decision.path == "nearest" and decision.tuned_problem == far, decision.describe()
     assert any("best config #" in note for note in decision.skipped), decision.skipped
+
+
+def test_text_in_a_date_column_fails_no_read(
+        tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite keeps any text in a date column (PostgreSQL's timestamptz refuses it on write):
+    such a date reads as none, with a warning, instead of failing every read of its table
+    (the bests, the queue)."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = TuningStore(url)
+    for problem, median in zip(PROBLEMS, (400.0, 110.0), strict=True):
+        _set_best(store, H200, problem, median)
+    queue = WorkQueue(store)
+    queue.enqueue(H200, PROBLEMS, [], {"trials": 3})
+    _hostile(url, "update best_configs set updated_at = 'yesterday; drop table x' "
+                  "where id = (select min(id) from best_configs)")
+    _hostile(url, "update work_items set enqueued_at = 'soon' "
+                  "where id = (select min(id) from work_items)")
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        served = store.list_best()
+        items = queue.items()
+        taken = queue.take(H200, "w", lease_s=60)
+    warned = _warnings(caplog)
+    fault_summary({"case": "hostile row: text in a date column (SQLite)", "backend": "sqlite",
+                   "refused": warned, "served": [r.problem.describe() for r in served]})
+    assert sorted(r.median_us for r in served) == [110.0, 400.0]
+    assert len(items) == 2 and taken is not None
+    assert any("'yesterday; drop table x'" in w for w in warned), warned
+    assert any("'soon'" in w for w in warned), warned
