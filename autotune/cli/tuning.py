@@ -284,8 +284,8 @@ def outcome_rows(o: TuneOutcome, marked: bool) -> list[list[Any]]:
 
     winner = o.best.config.family if o.best else None
     entries: list[tuple[str, TrialResult | None, str, Any]] = [
-        (f.family, f.best, f"{f.evaluated}+{f.reused} ({f.failed} failed, {f.pruned} pruned, "
-         f"{f.repeated} repeated)", f.total_trials) for f in o.families]
+        (f.family, f.best, f"{f.evaluated}+{f.reused} ({_swept(f)}{f.failed} failed, "
+         f"{f.pruned} pruned, {f.repeated} repeated)", f.total_trials) for f in o.families]
     if o.best is not None and o.family(o.best.config.family) is None:
         entries.append((o.best.config.family, o.best,
                         "torch SDPA, re-timed with the finalists"
@@ -318,8 +318,14 @@ def outcome_json(o: TuneOutcome) -> dict[str, Any]:
                 "speedup_vs_default": _speedup(o, f.best, "default"),
                 "speedup_vs_flash": _speedup(o, f.best, "flash"), "trials": f.total_trials,
                 "evaluated_now": f.evaluated, "failed_now": f.failed, "pruned_now": f.pruned,
-                "reused_now": f.reused, "repeated_now": f.repeated,
+                "reused_now": f.reused, "repeated_now": f.repeated, "swept_now": f.swept,
                 "optuna_trials": f.optuna_trials} for f in o.families}}
+
+
+def _swept(f: Any) -> str:
+    """How many of a family's evaluated configs were launch values of builds it had made."""
+    builds = f.evaluated - f.swept
+    return f"{builds} builds with all their launch values, " if f.swept else ""
 
 
 def _tflops(o: TuneOutcome, backend: str) -> float | None:

@@ -28,7 +28,7 @@ from ..measure.protocol import (
 )
 from ..measure.trial import not_built
 from ..measure.worker import WorkerFailure
-from ..model.config import Config
+from ..model.config import Config, InvalidConfig
 from ..model.problem import Problem
 from ..model.space import SDPA_FAMILY as SDPA_FAMILY  # re-exported: the tune stage's name
 from ..model.space import load_space, supported_families
@@ -296,7 +296,14 @@ class ReplayBackend:
         return results
 
     def build_key(self, config: Config) -> str:
-        return f"{REPLAY_KEY_PREFIX}{config.digest}"
+        """One key per recorded build: configs that differ only in launch parameters (the
+        decode families' split count) share it, as their cubin does on a GPU."""
+        space = load_space(config.family)
+        try:
+            digest = space.build_view(space.validate(config)).digest
+        except InvalidConfig:
+            digest = config.digest
+        return f"{REPLAY_KEY_PREFIX}{digest}"
 
     def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
                  round_ms: float) -> TrialResult:

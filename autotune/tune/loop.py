@@ -15,6 +15,7 @@ never held against a config.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from ..model.config import Config, Value
 from ..model.problem import Problem
-from ..model.space import Space, load_space
+from ..model.space import Space, ValidConfig, load_space
 from ..model.status import Status
 from ..model.target import Target
 from ..store.records import DeviceInfo, TrialResult
@@ -57,6 +58,7 @@ class Progress:
     pruned: int = 0
     reused: int = 0
     repeated: int = 0  # proposals of a config already measured: told its value, not run
+    swept: int = 0  # of `evaluated`: launch values timed on a build already made (no compile)
     best_us: float | None = None
     sdpa_default_us: float | None = None
     last: TrialResult | None = None
@@ -88,6 +90,7 @@ class FamilySearch:
     total_trials: int
     repeated: int = 0
     optuna_trials: int = 0  # Optuna's count: total_trials + pruned + repeated + interrupted
+    swept: int = 0  # of `evaluated`: launch values timed on builds already made
 
 
 def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, space: Space,
@@ -115,20 +118,24 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                   on_progress: Callable[[Progress], None] | None) -> FamilySearch:
     """One family's study (`name`): `settings.trials` configs evaluated (with `resume`, up to
     that many of today's builds in the study), fewer when the time budget runs out, the space
-    is exhausted or the strategy has nothing new to propose."""
+    is exhausted or the strategy has nothing new to propose. With `settings.sweep_launch`, a
+    family with launch parameters has every launch value of each config it builds timed right
+    after it, on the same build: `trials` then counts builds."""
     space = load_space(family)
     device, target = backend.device(), backend.target()
     fixed: dict[str, Value] = problem.space_values()
     study = Study(name, store.url, sampler_for(settings), space, fixed)
     study.settle_abandoned(store, device, problem)
-    valid = {c.digest for c in space.valid_configs(target, fixed)}
+    by_digest = {c.digest: c for c in space.valid_configs(target, fixed)}
+    valid = set(by_digest)
+    sweep = settings.sweep_launch and settings.sampler != "grid" and bool(space.launch_params)
     progress = Progress(problem, family, sdpa_default_us=sdpa_default)
 
     knowledge = study.knowledge(backend.build_key)
     known = dict(knowledge.known)
     progress.best_us = knowledge.best_us
-    budget = (max(0, settings.trials - knowledge.ran_today) if settings.resume
-              else settings.trials)
+    ran = knowledge.builds_today if sweep else knowledge.ran_today
+    budget = max(0, settings.trials - ran) if settings.resume else settings.trials
     seeds = (warm_start_seeds(store, device, problem, space, target, settings)
              if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
              else [])
@@ -149,10 +156,43 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
 
     stale_asks = 0
     infrastructure = 0  # consecutive trials lost to the machinery
-    while progress.evaluated < budget and not out_of_time():
+    def counted() -> int:  # what `budget` counts: configs, or builds when launch values sweep
+        return progress.evaluated - progress.swept
+
+    def report(result: TrialResult) -> None:
+        progress.failed += not result.ok
+        progress.evaluated += 1
+        progress.last = result
+        if on_progress:
+            on_progress(progress)
+
+    def sweep_launch_values(parent: Config, pending: list[Proposal]) -> None:
+        """Time `parent`'s other launch values on its build (a cache hit: no compile),
+        recording each as its own measurement and trial."""
+        queued = {p.config.digest for p in pending}
+        for sibling in _launch_siblings(space, parent, by_digest):
+            if sibling.digest in known or sibling.digest in queued or out_of_time():
+                continue
+            [build] = backend.build([sibling])
+            result = backend.evaluate(problem, build, rounds=settings.rounds,
+                                      round_ms=settings.round_ms)
+            if result.status == Status.INFRASTRUCTURE:
+                continue  # the machinery's: the sibling is left for a later session
+            store.record_trial(device, problem, result, build=build, study=name,
+                               phase="search", baseline_us=result.baseline_us or sdpa_default)
+            value = result.median_us if result.ok else None
+            study.record(sibling, Outcome(Status(result.status), value, result.reason[:2000]),
+                         build.key)
+            known[sibling.digest] = value
+            if value is not None:
+                progress.found(value)
+            progress.swept += 1
+            report(result)
+
+    while counted() < budget and not out_of_time():
         if len({d for d in known if d in valid}) >= len(valid):
             break  # every valid config has been measured (or failed): nothing left to learn
-        want = min(settings.batch_size, budget - progress.evaluated)
+        want = min(settings.batch_size, budget - counted())
         strategy.begin_batch(want)
         pending: list[Proposal] = []
         exhausted = False
@@ -213,16 +253,31 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                                        result.median_us if result.ok else None,
                                        result.reason[:2000]))
                 told.add(proposal.number)
-                progress.failed += not result.ok
-                progress.evaluated += 1
-                progress.last = result
-                if on_progress:
-                    on_progress(progress)
+                report(result)
+                if sweep and result.ok:
+                    sweep_launch_values(proposal.config, pending)
 
     measured, optuna_trials = study.trial_counts()
     return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
                         progress.failed, progress.pruned, progress.reused, measured,
-                        progress.repeated, optuna_trials)
+                        progress.repeated, optuna_trials, progress.swept)
+
+
+def _launch_siblings(space: Space, config: Config, valid: dict[str, ValidConfig]
+                     ) -> list[ValidConfig]:
+    """The valid configs that differ from `config` in launch parameters only (one build), the
+    launch values nearest `config`'s first."""
+    params = space.launch_params
+    at = [p.values.index(config[p.name]) for p in params]
+    combos = sorted(itertools.product(*(range(len(p.values)) for p in params)),
+                    key=lambda idx: sum(abs(i - a) for i, a in zip(idx, at, strict=True)))
+    siblings = []
+    for idx in combos:
+        sibling = config.replace(**{p.name: p.values[i] for p, i in zip(params, idx,
+                                                                          strict=True)})
+        if sibling.digest != config.digest and sibling.digest in valid:
+            siblings.append(valid[sibling.digest])
+    return siblings
 
 
 @contextmanager

@@ -47,6 +47,7 @@ class FamilyOutcome:
     total_trials: int
     repeated: int = 0
     optuna_trials: int = 0  # the study's trials as Optuna counts them (see tune.study)
+    swept: int = 0  # of `evaluated`: launch values timed on builds already made (tune.loop)
 
     def tflops(self, problem: Problem) -> float | None:
         return self.best.tflops(problem) if self.best else None
@@ -197,7 +198,7 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
             search.family, search.study,
             min(mine, key=lambda r: r.median_us or math.inf) if mine else None,
             search.evaluated, search.failed, search.pruned, search.reused, search.total_trials,
-            search.repeated, search.optuna_trials))
+            search.repeated, search.optuna_trials, search.swept))
     return TuneOutcome(problem, device, winner.study if winner else studies[chosen[0]],
                        winner.result if winner else None, baselines,
                        sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),

@@ -28,6 +28,10 @@ class SearchSettings:
     tpe_startup: int = 5  # random trials before TPE models the space
     local_search: bool = True  # half of each TPE batch: neighbours of the incumbent
     seed_heuristic: bool = True  # try the family's default config for the problem class first
+    # Every value of a family's launch parameters (the KV split count) timed on each build the
+    # search makes, queued right after it: they cost no compile, and a build counts once
+    # against `trials` (not the grid sampler, which tries everything anyway).
+    sweep_launch: bool = True
     # torch SDPA's backends join the final re-ranking (the stored best may be SDPA itself);
     # off only to study the kernels' search alone.
     sdpa_finalists: bool = True

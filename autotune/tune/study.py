@@ -75,6 +75,8 @@ class Knowledge:
     known: Mapping[str, float | None]
     ran_today: int  # trials of today's builds that evaluated a config: what a resume keeps
     best_us: float | None
+    builds_today: int = 0  # distinct builds among those trials (configs differing only in
+    # launch parameters share one): what a resume keeps when launch values are swept
 
 
 class Study:
@@ -176,18 +178,21 @@ class Study:
 
         known: dict[str, float | None] = {}
         ran_today = 0
+        builds: set[str] = set()
         best: float | None = None
         for t in self._study.get_trials(deepcopy=False):
             digest, status = t.user_attrs.get("digest"), t.user_attrs.get("status")
             today = _of_current_build(t.user_attrs, build_key)
-            ran_today += today and status not in (*NOT_COUNTED, Status.REUSED)
+            if today and status not in (*NOT_COUNTED, Status.REUSED):
+                ran_today += 1
+                builds.add(t.user_attrs["build_key"])
             if digest and t.state == TrialState.COMPLETE:
                 known[digest] = t.value
                 if t.value is not None and (best is None or t.value < best):
                     best = t.value
             elif digest and t.state == TrialState.FAIL and status not in NOT_COUNTED and today:
                 known.setdefault(digest, None)
-        return Knowledge(known, ran_today, best)
+        return Knowledge(known, ran_today, best, len(builds))
 
     # -- asking and telling ------------------------------------------------------------------
 
@@ -250,6 +255,24 @@ class Study:
         # Once told, not before: a tell cut off by a broken connection leaves the trial among
         # this process's running ones, for `abandon_running` to give up.
         _heartbeats.remove(trial._trial_id)
+
+    def record(self, config: Config, outcome: Outcome, build_key: str | None) -> None:
+        """A trial of `config` measured outside ask and tell (a launch value timed on a build
+        the search already made, tune.loop), added to the study whole: complete with its value,
+        or failed with its reason. A session killed before this write finds the measurement in
+        the store (reused) and adds the trial then."""
+        from optuna.trial import TrialState, create_trial
+
+        attrs: dict[str, Any] = {"owner": this_process().as_json(), "digest": config.digest,
+                                 "config": config.to_json(), "build_key": build_key,
+                                 "status": outcome.status.value}
+        if outcome.value is None:
+            attrs["reason"] = outcome.reason
+        params = {p.name: config[p.name] for p in self.space.tunable_params}
+        self._study.add_trial(create_trial(
+            params=params, distributions=self._distributions, value=outcome.value,
+            state=TrialState.COMPLETE if outcome.value is not None else TrialState.FAIL,
+            user_attrs=attrs))
 
     # -- what the study found --------------------------------------------------------------
 
