@@ -15,9 +15,9 @@ mask), each with its own searched config as the tuner would store it for that ca
 paged rows also time the contiguous winner's config on the paged cache.
 
 The search here is the family's own best kernel on each problem (the issue's measure); what
-dispatch runs is the tuned database's choice (`cute-autotune bench`). On an sm_90 GPU the
-contiguous rows search the decode90 family (the same design on wgmma + TMA) beside the decode
-family (`--families` picks), and each row names the family of its winner. A decode90
+dispatch runs is the tuned database's choice (`cute-autotune bench`). On an sm_90 GPU every
+row searches the decode90 family (the same design on wgmma + TMA) beside the decode family
+(`--families` picks), and each row names the family of its winner. A decode90
 winner whose splits a thread-block cluster reduces (`cluster`) is also timed in the same
 alternation with its splits reduced by the combine entry instead (`combine_entry_us`).
 """
@@ -74,9 +74,12 @@ FAMILIES = ["decode", "decode90"]  # --families
 
 def configs_for(problem: Problem, wide: bool, kv_cache: str = "dense") -> list[Config]:
     """The configs searched for `problem` (split count 1; the splits are searched apart): the
-    decode family's, and decode90's on full contiguous caches of an sm_90 GPU."""
+    decode family's, and decode90's on an sm_90 GPU where it reads the cache kind."""
+    from autotune.model import load_space
+
     configs = configs_for_decode(problem, wide) if "decode" in FAMILIES else []
-    if "decode90" in FAMILIES and kv_cache == "dense" and _target().cc == 90:
+    if ("decode90" in FAMILIES and load_space("decode90").reads(kv_cache)
+            and _target().cc == 90):
         configs += configs_for_decode90(problem)
     return configs
 
@@ -196,11 +199,9 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
                 candidates=len(search), cluster=clustered,
                 **({"combine_entry_us": round(final["combine_entry"], 2)} if clustered else {}))]
     if with_pages:
-        # The contiguous winner of the family that reads pages (decode90 reads full caches only).
-        paged_family_best = min((n for n in search if json.loads(n)["family"] == "decode"),
-                                key=lambda n: search[n].median_us)
-        best_splits = json.loads(paged_family_best)["num_splits"]
-        kernel = decode_kernel(Config.from_json(paged_family_best), head_dim=d,
+        # The contiguous winner (both families read pages of 16 rows and more).
+        best_splits = json.loads(best)["num_splits"]
+        kernel = decode_kernel(Config.from_json(best), head_dim=d,
                                dtype=problem.dtype, causal=problem.causal, device=0)
         for page_size in (16, 64):
             (k_p, v_p), table = paged((k, v), page_size, page_size)

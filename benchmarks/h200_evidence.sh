@@ -82,6 +82,10 @@
 #                                              # check beside racecheck + synccheck on its
 #                                              # structural variants, then the decode bench of
 #                                              # the Lq >= 4 problems, both families searched
+#   UNTIL=540 bash benchmarks/h200_evidence.sh decodekv  # decode90 on KV caches: BENCH=1 the
+#                                              # whole decode bench, then decode-tuning's cache
+#                                              # kinds (DENSE1=1: and its dense Lq=1 problems)
+#                                              # tuned with both families (.tuning carried)
 #   UNTIL=540 bash benchmarks/h200_evidence.sh decode90tune  # BENCH=1: the whole decode bench
 #                                              # (both families) and the B=1 floor probe; then
 #                                              # a piece of decode-tuning's dense Lq >= 4
@@ -713,8 +717,9 @@ decode90)
   [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
     --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
   echo "compiled at $(( $(date +%s) - t0 )) s"
-  timeout "${TESTS_S:-200}" python3 -m pytest tests/gpu/test_decode90_gpu.py tests/gpu/test_decode_gpu.py \
-    tests/gpu/test_decode_dispatch_gpu.py -q -rfE > "$f/pytest_decode_gpu.txt" 2>&1
+  timeout "${TESTS_S:-200}" python3 -m pytest ${TESTS:-tests/gpu/test_decode90_gpu.py \
+    tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py} -q -rfE \
+    > "$f/pytest_decode_gpu.txt" 2>&1
   echo "pytest rc $? at $(( $(date +%s) - t0 )) s"; tail -n 4 "$f/pytest_decode_gpu.txt"
   checking=()
   for d in 64 128; do
@@ -740,12 +745,46 @@ decode90)
       > "$f/decode_floor_h200.txt" 2>&1; echo "floor rc $? at $(( $(date +%s) - t0 )) s"
     cat "$f/decode_floor_h200.txt"
   fi
-  timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
-    --json "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
-    ${PAGED:+--paged} > "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" 2>&1
-  echo "bench rc $? at $(( $(date +%s) - t0 )) s"
-  tail -n 50 "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" | cut -c1-160
+  if [ "${BENCH:-1}" = 1 ]; then
+    timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
+      --json "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.json" --min-lq "${MIN_LQ:-4}" --extra \
+      ${PAGED:+--paged} > "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" 2>&1
+    echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+    tail -n 50 "$f/decode_bench_lq${MIN_LQ:-4}plus_h200.txt" | cut -c1-160
+  fi
   tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
+  ;;
+decodekv)
+  # Issue 15, decode90 reading KV caches, one call: the decode family's bf16 D=128 space compiled
+  # on idle cores (nice) meanwhile; BENCH=1 the whole decode bench (both families searched on
+  # every row, paged and per-sequence-length rows included); then decode-tuning's cache-kind
+  # problems (KINDS) and, with DENSE1=1, its dense Lq=1 problems, searched with the decode and
+  # decode90 families beside SDPA's backends (--skip-tuned: each problem once over calls), each
+  # piece started until UNTIL - 70 s (.tuning carried and returned; one tarball).
+  f=$OUT/decodekv; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  python3 -m autotune.cli compile --family decode90 --arch sm_90 --jobs 16 --quiet \
+    > "$f/compile_decode90.txt" 2>&1; tail -n 1 "$f/compile_decode90.txt"
+  (nice -n 10 python3 -m autotune.cli compile --family decode --head-dim 128 --dtype bf16 \
+     --causal both --arch sm_90 --jobs 14 --quiet > "$f/compile_decode.txt" 2>&1 &)
+  if [ "${BENCH:-1}" = 1 ]; then
+    timeout "${BENCH_S:-300}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
+      --min-lq 1 --extra --paged > "$f/decode_bench_h200.txt" 2>&1
+    echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  tune_piece() {  # tune_piece NAME ARGS...: one tuning piece if time is left
+    local name=$1 left; shift; left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
+    [ "$left" -gt 20 ] || { echo "tune $name not started"; return 0; }
+    python3 -m autotune.cli tune --shapes decode-tuning "$@" --family decode,decode90 \
+      --trials "${TRIALS:-8}" --rerank-top "${RERANK_TOP:-3}" --skip-tuned --stop-after "$left" \
+      --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$name.json" --quiet \
+      > "$f/tune_$name.txt" 2>&1
+    echo "tune $name rc $? at $(( $(date +%s) - t0 )) s"; }
+  for kind in ${KINDS:-seqlens paged16 paged64}; do tune_piece "$kind" --causal both --kv-cache "$kind"; done
+  [ "${DENSE1:-0}" = 1 ] && tune_piece dense_lq1 --causal false --kv-cache dense
+  cp .tuning/h200.db "$f/h200.db"
+  [ "${BENCH:-1}" = 1 ] && tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-160
+  tail -q -n 8 "$f"/tune_*.txt | cut -c1-160
+  tar czf "$OUT/decodekv.tgz" -C "$OUT" decodekv
   ;;
 decode90tune)
   # Issue 15 with decode90, one call: BENCH=1 runs the decode bench of every problem (both

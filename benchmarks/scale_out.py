@@ -197,7 +197,7 @@ class Drain:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:  # ended meanwhile
                 pass
-        item = next((i for i in after["items"] if i["id"] == point["id"]), {})
+        item: dict[str, Any] = next((i for i in after["items"] if i["id"] == point["id"]), {})
         return {
             "mid_item": bool(item.get("state") == "running" and item.get("worker") ==
                              point["worker"] and item.get("rerank_measurements") == 0),

@@ -109,11 +109,12 @@ class CompiledKernel:
             raise InputError(f"{self.build.name} has no KV-cache entry (not a decode kernel)")
         kb = logical_bhld(k_cache, layout)
         qb = logical_bhld(q, layout)
-        pages, page_size, table_stride = 0, 0, 0
+        pages, page_size, table_stride, cache_pages = 0, 0, 0, 0
         if block_table is not None:
             page_size = int(kb.shape[2])
             pages = int(block_table.shape[1])
             table_stride = int(block_table.stride(0))
+            cache_pages = int(kb.shape[0])
         seqlen_k = pages * page_size if block_table is not None else int(kb.shape[2])
         batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
         problem = Problem(batch, heads_q, int(kb.shape[1]), seqlen_q, seqlen_k, head_dim,
@@ -122,14 +123,14 @@ class CompiledKernel:
                             lse=lse, return_lse=return_lse, num_splits=num_splits,
                             seqlens=cache_seqlens, block_table=block_table,
                             page_size=page_size, table_stride=table_stride,
-                            cluster_combine=cluster_combine)
+                            cache_pages=cache_pages, cluster_combine=cluster_combine)
 
     def _launch(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                 scale: float | None, layout: str, out: torch.Tensor | None,
                 lse: torch.Tensor | None, return_lse: bool, num_splits: int | None,
                 seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-                page_size: int = 0, table_stride: int = 0, cluster_combine: bool = True
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                page_size: int = 0, table_stride: int = 0, cache_pages: int = 0,
+                cluster_combine: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
         expected = {key: self.config[key] for key in problem.space_values()}
@@ -162,7 +163,7 @@ class CompiledKernel:
                              f"kernel: the decode family); got {num_splits!r}")
         plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
                          page_size=page_size, block_table_stride=table_stride,
-                         cluster_combine=cluster_combine)
+                         cluster_combine=cluster_combine, cache_pages=cache_pages)
         o_partial = lse_partial = None
         if num_splits > 1 and not plan.cluster:  # a cluster reduces its splits in-kernel
             rows = (num_splits, problem.batch, problem.heads_q, problem.seqlen_q)
@@ -180,13 +181,15 @@ class CompiledKernel:
 
     def plan(self, problem: Problem, strides: Sequence[tuple[int, int, int]],
              scale: float, *, num_splits: int = 1, page_size: int = 0,
-             block_table_stride: int = 0, cluster_combine: bool = True) -> Any:
+             block_table_stride: int = 0, cluster_combine: bool = True,
+             cache_pages: int = 0) -> Any:
         """A launch plan (launcher `Plan`) for this problem and these (batch, head, row) element
         strides of q, k, v, out: `plan.launch(q, k, v, out, lse, stream)` takes addresses
         (and, for a KV-cache kernel, the lengths, the block table and the split workspaces).
         `plan.cluster` is the cluster size when the splits are reduced in-kernel (then no
-        workspaces are needed), else 0."""
+        workspaces are needed), else 0. A paged cache gives its page size and its number of
+        pages (`cache_pages`: a TMA kernel's maps span them)."""
         return self._kernel.plan(
             *strides, problem.batch, problem.heads_q, problem.heads_kv, problem.seqlen_q,
             problem.seqlen_k, problem.head_dim, _DTYPE_CODES[problem.dtype], problem.causal,
-            scale, num_splits, page_size, block_table_stride, cluster_combine)
+            scale, num_splits, page_size, block_table_stride, cluster_combine, cache_pages)

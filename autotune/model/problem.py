@@ -13,6 +13,16 @@ DTYPES = ("fp16", "bf16")
 # two) through a block table, every sequence seqlen_k rows long.
 KV_CACHES = ("dense", "seqlens", "paged<N>")
 _PAGED = re.compile(r"paged([1-9][0-9]{0,4})")
+
+
+def page_size_of(kv_cache: object) -> int:
+    """Rows per page of a `kv_cache` kind "paged<N>"; 0 for any other kind (or a malformed
+    one)."""
+    match = _PAGED.fullmatch(kv_cache) if isinstance(kv_cache, str) else None
+    if match is None:
+        return 0
+    size = int(match.group(1))
+    return size if size <= MAX_PAGE_SIZE and not size & (size - 1) else 0
 MAX_PAGE_SIZE = 65536
 # Every size is a 32-bit int in the kernels' params and in the database's columns.
 MAX_SIZE = 2**31 - 1
@@ -58,11 +68,7 @@ class Problem:
     def page_size(self) -> int:
         """Rows per page of a paged cache ("paged<N>"); 0 for any other kind (or a malformed
         one)."""
-        match = _PAGED.fullmatch(self.kv_cache) if isinstance(self.kv_cache, str) else None
-        if match is None:
-            return 0
-        size = int(match.group(1))
-        return size if size <= MAX_PAGE_SIZE and not size & (size - 1) else 0
+        return page_size_of(self.kv_cache)
 
     @property
     def cache_lengths(self) -> tuple[int, ...] | None:

@@ -25,6 +25,7 @@ from typing import Any
 from .._paths import search_spaces_dir
 from . import expressions as _expr
 from .config import Config, InvalidConfig, Value, check_family_name
+from .problem import page_size_of
 from .target import Target
 
 PROBLEM = "problem"
@@ -128,6 +129,8 @@ class Space:
             # Whether its kernels read KV caches (per-sequence lengths, pages): only such a
             # family can run a problem whose kv_cache is not "dense".
             self.kv_caches: bool = bool(data.get("kv_caches", False))
+            # The shortest page it reads (a TMA kernel loads a page as whole swizzle atoms).
+            self.min_page_size: int = int(data.get("min_page_size", 1))
             # Other families' folders of kernel_src/ whose headers this family's kernels
             # include: part of its build key, so a change there rebuilds its cubins.
             self.sources: tuple[str, ...] = tuple(str(s) for s in data.get("sources", ()))
@@ -207,7 +210,10 @@ class Space:
 
     def reads(self, kv_cache: str) -> bool:
         """Whether this family's kernels can read keys held as `kv_cache` (a Problem's)."""
-        return kv_cache == "dense" or self.kv_caches
+        if kv_cache == "dense":
+            return True
+        page = page_size_of(kv_cache)
+        return self.kv_caches and (page == 0 or page >= self.min_page_size)
 
     def cc_range(self) -> str:
         """The compute capabilities this family runs on, in words: "sm_80 and newer"."""

@@ -183,11 +183,12 @@ class Dispatcher:
         return decision
 
     def tuned_config(self, problem: Problem, device_index: int,
-                     family: str) -> tuple[Config, str] | None:
-        """The config of `family` the database knows best for `problem` on this GPU model, and
-        why: the fastest measured one of the problem itself, else the best config of the
-        nearest tuned problem whose best is of `family`; None when it knows neither (or cannot
-        be read). For callers that can run only one family (KV caches: the decode family).
+                     family: str | tuple[str, ...]) -> tuple[Config, str] | None:
+        """The config of `family` (or of any of several) the database knows best for `problem`
+        on this GPU model, and why: the fastest measured one of the problem itself, else the
+        best config of the nearest tuned problem whose best is of `family`; None when it knows
+        neither (or cannot be read). For callers that can run only some families (KV caches:
+        the split-KV families that read the cache's kind).
         Remembered per (device, problem, family): a repeated call touches no database."""
         key = (device_index, problem, family)
         if key in self._family_memo:
@@ -198,26 +199,28 @@ class Dispatcher:
         return self._family_memo[key]
 
     def _tuned_config(self, problem: Problem, device_index: int,
-                      family: str) -> tuple[Config, str] | None:
+                      family: str | tuple[str, ...]) -> tuple[Config, str] | None:
         device, _ = self._identify(device_index)
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
             store = self.store()
+            families = (family,) if isinstance(family, str) else family
             timed = [t for t in store.timings(device, problem)
-                     if t.config.family == family and t.median_us is not None]
+                     if t.config.family in families and t.median_us is not None]
             if timed:
                 fastest = min(timed, key=lambda t: float(t.median_us or 0.0))
                 return fastest.config, (f"tuned for this problem: the fastest of {len(timed)} "
-                                        f"measured {family} configs")
-            near = store.nearest(device, problem, family=family)
+                                        f"measured {' or '.join(families)} configs")
+            near = store.nearest(device, problem, family=families)
             if near is not None:
                 return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             if not self._warned_db:
                 self._warned_db = True
-                warnings.warn(f"cute-autotune: tuning database unavailable, the {family} "
-                              f"family's default is used: {exc}", stacklevel=3)
+                warnings.warn(f"cute-autotune: tuning database unavailable, the default of "
+                              f"{family if isinstance(family, str) else family[0]} is used: "
+                              f"{exc}", stacklevel=3)
         return None
 
     def _candidates(self, problem: Problem, device: DeviceInfo,

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     import torch
 
 FAMILY = "decode"
-# The families whose kernels split the keys and take a KV cache's layout (decode90: full
-# contiguous caches only).
+# The families whose kernels split the keys and take a KV cache's layout (decode90: sm_90 only,
+# pages of at least 16 rows; Space.reads says which cache kinds each reads).
 SPLIT_KV_FAMILIES = ("decode", "decode90")
 MAX_SPLITS = 128
 
@@ -128,15 +128,19 @@ def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
 
 
 def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
-    """The tuned decode config for a KV-cache problem and why (the tuning database's fastest
-    measured decode config of the problem, else that of the nearest tuned problem of its cache
-    kind, else the same for the cache held dense); None: the family's default. The problem's
-    seqlen_k is the cache's capacity per sequence."""
+    """The tuned split-KV config for a KV-cache problem and why (the tuning database's fastest
+    measured config of the problem among the split-KV families that run on this GPU and read
+    its cache kind, else that of the nearest tuned problem of its cache kind, else the same for
+    the cache held dense); None: the decode family's default. The problem's seqlen_k is the
+    cache's capacity per sequence."""
     from .attention import dispatcher
 
-    chosen = dispatcher().tuned_config(problem, device, FAMILY)
+    cc = target_for_device(device).cc
+    families = tuple(f for f in SPLIT_KV_FAMILIES
+                     if load_space(f).supports(cc) and load_space(f).reads(problem.kv_cache))
+    chosen = dispatcher().tuned_config(problem, device, families)
     if chosen is None and problem.kv_cache != "dense":
-        dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, FAMILY)
+        dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, families)
         if dense is not None:
             return dense[0], f"{dense[1]}, tuned on a dense cache (no {problem.kv_cache} tuned)"
     return chosen
@@ -167,7 +171,7 @@ def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: b
                   device: int) -> CompiledKernel:
     """The loaded decode kernel of `config` (or the family's default for the problem): from
     the cubin cache or the kernel pack, else compiled on first use. `config` may also be one of
-    decode90 (which reads full contiguous caches only)."""
+    decode90."""
     if config is not None and config.family not in SPLIT_KV_FAMILIES:
         raise InputError(f"config {config.to_json()} is not of a decode family "
                          f"({', '.join(SPLIT_KV_FAMILIES)})")

@@ -526,10 +526,11 @@ class TuningStore:
             return True
 
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
-                family: str | None = None) -> tuple[BestRecord, float] | None:
+                family: str | tuple[str, ...] | None = None
+                ) -> tuple[BestRecord, float] | None:
         """The tuned problem of the same dtype, head dim, causality and KV-cache kind nearest to
-        `problem` (of those whose best config is of `family`, when given); a refused row is
-        logged and passed over for the next nearest."""
+        `problem` (of those whose best config is of `family`, or of one of several, when given);
+        a refused row is logged and passed over for the next nearest."""
         # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
         # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
         # row), and only the nearest is read whole.
@@ -539,7 +540,8 @@ class TuningStore:
                  .where(*_in_class(problem.dtype, problem.head_dim, problem.causal,
                                    problem.kv_cache)))
         if family is not None:
-            query = query.join(BestConfig.config).where(KernelConfig.family == family)
+            families = (family,) if isinstance(family, str) else tuple(family)
+            query = query.join(BestConfig.config).where(KernelConfig.family.in_(families))
         with self._reading() as s:
             candidates = [(_distance(problem, *sizes), best_id)
                           for best_id, *sizes in s.execute(_of_device(query, device))]

@@ -18,9 +18,13 @@
 // box of a tensor map), the causal mask maps a row to its query, and O leaves from registers
 // to the packed rows' own addresses (or to the fp32 workspace of the split).
 //
-// Contiguous caches only (no per-sequence lengths or pages: TMA would read a cache's stale
-// rows, and V must never carry them into O); the launcher refuses KV-cache operands for a
-// kernel that takes TMA maps. Rows past Lk are zero-filled by TMA and masked.
+// KV caches as the decode family reads them: contiguous (rows past Lk zero-filled by TMA), with
+// per-sequence lengths into a padded cache, or paged. A paged cache's map is over [num_pages,
+// page_size, Hkv, D] and a tile is one box per page it spans (per column box), each at the page
+// the block table gives; the producer warp looks up the next tile's pages while this one's
+// loads are issued, one lane per page. TMA reads whatever a padded cache or a page holds past a
+// sequence's length: those keys' scores are masked, and the consumers zero their V rows before
+// P V (a masked P is 0, but 0 x NaN is NaN).
 #pragma once
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -49,6 +53,7 @@ using cutlass::arch::ClusterTransactionBarrier;
 // What one CTA covers: its packed rows and its split's key tiles.
 struct SplitTile {
   int group, m0, q_rows, kv_head, batch, split;
+  int seqlen_k;              // this sequence's keys
   int diagonal;              // query i sees keys j <= i + diagonal (causal)
   int mask_from;             // first key column some row of the tile may not see
   int tile_begin, tile_end;  // this split's key tiles
@@ -69,12 +74,14 @@ __forceinline__ __device__ SplitTile split_tile(FwdParams const& p) {
   w.q_rows = min(kBlockM, rows_total - w.m0);
   w.kv_head = blockIdx.y;
   w.batch = blockIdx.z;
-  w.diagonal = p.seqlen_k - p.seqlen_q;
-  int key_end = p.seqlen_k;
-  w.mask_from = p.seqlen_k;
+  w.seqlen_k =
+      p.seqlens_k == nullptr ? p.seqlen_k : max(0, min(p.seqlens_k[w.batch], p.seqlen_k));
+  w.diagonal = w.seqlen_k - p.seqlen_q;
+  int key_end = w.seqlen_k;
+  w.mask_from = w.seqlen_k;
   if constexpr (Traits::kCausal) {
-    key_end = max(0, min(p.seqlen_k, w.query(w.q_rows - 1) + 1 + w.diagonal));
-    w.mask_from = max(0, min(p.seqlen_k, w.query(0) + 1 + w.diagonal));
+    key_end = max(0, min(w.seqlen_k, w.query(w.q_rows - 1) + 1 + w.diagonal));
+    w.mask_from = max(0, min(w.seqlen_k, w.query(0) + 1 + w.diagonal));
   }
   const int n_tiles = (key_end + kBlockN - 1) / kBlockN;
   const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
@@ -186,33 +193,97 @@ __forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
   }
 }
 
-// Producer: one thread issues the K and V tiles of the split, last tile first (the tiles that
-// need masking come first, as in every family), tile t into stage t % kStages.
+// Producer: warp 0 of warpgroup 0. Lane 0 issues the K and V tiles of the split, last tile
+// first (the tiles that need masking come first, as in every family), tile t into stage
+// t % kStages. A tile is one TMA box per column box, or, in a paged cache whose pages are
+// shorter than the tile, one per page it spans: lane i looks up page i of the next tile while
+// this tile's boxes are issued, so the block table's latency stays off the loads' path.
 template <typename Traits>
 __forceinline__ __device__ void produce(TmaFwdParams const& params,
-                                        typename Traits::SharedStorage& smem, SplitTile const& w) {
-  cute::prefetch_tma_descriptor(&params.tma_k);
-  cute::prefetch_tma_descriptor(&params.tma_v);
+                                        typename Traits::SharedStorage& smem, SplitTile const& w,
+                                        int lane) {
+  constexpr int kBlockN = Traits::kBlockN;
+  FwdParams const& p = params.base;
+  if (lane == 0) {
+    cute::prefetch_tma_descriptor(&params.tma_k);
+    cute::prefetch_tma_descriptor(&params.tma_v);
+  }
+  const bool paged = p.block_table != nullptr;
+  const int page_rows = 1 << p.page_size_log2;
+  const int box_rows = paged ? min(kBlockN, page_rows) : kBlockN;  // the launcher's map box
+  const int boxes = kBlockN / box_rows;                              // <= 8: pages of >= 16 rows
+  const int* table = paged ? p.block_table + int64_t(w.batch) * p.block_table_stride : nullptr;
+  // Where box `lane` of key tile n_block starts: (page, or batch, and the row in it). A box
+  // wholly past the sequence reads the tile's first page (its table entry may be anything).
+  auto where = [&](int n_block) {
+    const int first = n_block * kBlockN;
+    if (!paged) { return make_int2(w.batch, first); }
+    int key = first + min(lane, boxes - 1) * box_rows;
+    key = key < w.seqlen_k ? key : first;
+    return make_int2(table[key >> p.page_size_log2], key & (page_rows - 1));
+  };
   auto load = [&](CUtensorMap const* map, uint64_t* full, uint64_t* empty,
-                  typename Traits::Element* ring, int n_block, int t) {
+                  typename Traits::Element* ring, int2 at, int t) {
     const int stage = t % Traits::kStages;
-    if (t >= Traits::kStages) {
-      ClusterBarrier::wait(&empty[stage], uint32_t(t / Traits::kStages - 1) & 1);
+    if (lane == 0) {
+      if (t >= Traits::kStages) {
+        ClusterBarrier::wait(&empty[stage], uint32_t(t / Traits::kStages - 1) & 1);
+      }
+      ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], Traits::kTileBytesKV);
     }
-    ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], Traits::kTileBytesKV);
-    CUTE_UNROLL
-    for (int b = 0; b < Traits::kTmaBoxes; ++b) {
-      SM90_TMA_LOAD_4D::copy(
-          map, &full[stage], 0,
-          ring + (stage * Traits::kTmaBoxes + b) * Traits::kBlockN * Traits::kTmaBoxCols,
-          b * Traits::kTmaBoxCols, n_block * Traits::kBlockN, w.kv_head, w.batch);
+    for (int i = 0; i < boxes; ++i) {
+      const int page = __shfl_sync(0xffffffffu, at.x, i);
+      const int row = __shfl_sync(0xffffffffu, at.y, i);
+      if (lane == 0) {
+        CUTE_UNROLL
+        for (int b = 0; b < Traits::kTmaBoxes; ++b) {
+          SM90_TMA_LOAD_4D::copy(
+              map, &full[stage], 0,
+              ring + ((stage * Traits::kTmaBoxes + b) * kBlockN + i * box_rows) *
+                         Traits::kTmaBoxCols,
+              b * Traits::kTmaBoxCols, row, w.kv_head, page);
+        }
+      }
     }
   };
-  for (int t = 0; t < w.tile_end - w.tile_begin; ++t) {
-    const int n_block = w.tile_end - 1 - t;
-    load(&params.tma_k, smem.k_full, smem.k_empty, smem.k.data(), n_block, t);
-    load(&params.tma_v, smem.v_full, smem.v_empty, smem.v.data(), n_block, t);
+  const int n = w.tile_end - w.tile_begin;
+  int2 next = n > 0 ? where(w.tile_end - 1) : make_int2(0, 0);
+  for (int t = 0; t < n; ++t) {
+    const int2 at = next;
+    if (t + 1 < n) { next = where(w.tile_end - 2 - t); }
+    load(&params.tma_k, smem.k_full, smem.k_empty, smem.k.data(), at, t);
+    load(&params.tma_v, smem.v_full, smem.v_empty, smem.v.data(), at, t);
   }
+}
+
+// The V rows of the sequence's last key tile past its length, zeroed before any P V reads
+// them: a padded cache or a page holds stale rows there, possibly NaN, which a masked P of 0
+// would still carry into O (rows past a contiguous cache's end are TMA's zero fill). That tile
+// is the first (stage 0) of the split that holds it. Done once, before the main loop, so the
+// loop's registers are not shared with it.
+template <typename Traits>
+__forceinline__ __device__ void zero_v_rows_past_the_sequence(FwdParams const& p,
+                                                              typename Traits::SharedStorage& smem,
+                                                              SplitTile const& w, int tid) {
+  constexpr int kBlockN = Traits::kBlockN;
+  const int valid = w.seqlen_k - (w.tile_end - 1) * kBlockN;
+  const bool stale_rows = p.seqlens_k != nullptr || p.block_table != nullptr;
+  if (!stale_rows || w.tile_end <= w.tile_begin || valid >= kBlockN) { return; }
+  ClusterTransactionBarrier::wait(&smem.v_full[0], 0);
+  // A row is one 128-byte line of each column box (TMA's swizzle permutes 16-byte chunks
+  // within a line), so whole rows are zeroed without the swizzle.
+  constexpr int kLineChunks = Traits::kTmaBoxCols * int(sizeof(typename Traits::Element)) / 16;
+  const int first = max(valid, 0);
+  uint4* stage0 = reinterpret_cast<uint4*>(smem.v.data());
+  for (int c = tid; c < (kBlockN - first) * Traits::kTmaBoxes * kLineChunks;
+       c += Traits::kConsumerThreads) {
+    const int chunk = c % kLineChunks;
+    const int box = c / kLineChunks % Traits::kTmaBoxes;
+    const int row = first + c / (kLineChunks * Traits::kTmaBoxes);
+    stage0[(box * kBlockN + row) * kLineChunks + chunk] = make_uint4(0, 0, 0, 0);
+  }
+  cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads them
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 3);
 }
 
 // The consumer warpgroups: Q gathered, the split's key tiles, then O and LSE out.
@@ -249,6 +320,7 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
   }
+  zero_v_rows_past_the_sequence<Traits>(p, smem, w, tid);
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
@@ -317,9 +389,10 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); ++i) {
         const int col = n_block * kBlockN + get<1>(tScS(i));
-        const int limit = Traits::kCausal
-                              ? min(p.seqlen_k, w.query(get<0>(tScS(i))) + 1 + w.diagonal)
-                              : p.seqlen_k;
+        // (A real row's diagonal never passes the sequence's end, and mask_from is that end
+        // without the causal mask: no register for the length in the loop.)
+        const int limit = Traits::kCausal ? w.query(get<0>(tScS(i))) + 1 + w.diagonal
+                                          : w.mask_from;
         if (col >= limit) { acc_s(i) = -INFINITY; }
       }
     }
@@ -427,7 +500,7 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
 
   if (threadIdx.x / 128 == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (threadIdx.x == 0) { produce<Traits>(params, smem, w); }
+    if (threadIdx.x < 32) { produce<Traits>(params, smem, w, int(threadIdx.x)); }
     __syncwarp();
     if (clustered) {
       cute::cluster_arrive();

@@ -16,14 +16,18 @@ namespace cute_autotune::decode90 {
 
 using namespace cute;
 
+// The producer warp keeps the next tile's page lookups and their shuffles live: at 24 registers
+// (the sm90 family's) ptxas spilled 24 bytes of it, at 40 none (search_spaces/decode90.toml's
+// consumer_regs mirrors this).
+inline constexpr int kProducerRegs = 40;
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
           bool kOverlap_, typename Element_, bool kCausal_>
 struct Decode90Traits
-    : sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_,
-                      /*producer_regs=*/24, kOverlap_, /*pingpong=*/false, /*persistent=*/false,
-                      Element_, kCausal_> {
-  using Base = sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_, 24,
-                               kOverlap_, false, false, Element_, kCausal_>;
+    : sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_, kProducerRegs,
+                      kOverlap_, /*pingpong=*/false, /*persistent=*/false, Element_, kCausal_> {
+  using Base = sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_,
+                               kProducerRegs, kOverlap_, false, false, Element_, kCausal_>;
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128, "head_dim must be 64 or 128");
   static_assert(kBlockN_ == 64 || kBlockN_ == 128, "block_n must be 64 or 128");
   // Q is gathered by the consumers (its packed rows are no box of a tensor map) into the

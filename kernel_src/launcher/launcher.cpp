@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -142,13 +143,14 @@ CUtensorMapSwizzle tma_swizzle(int bytes) {
 
 // A TMA tensor map over a (B, H, L, D) operand seen as 4-D (D, L, H, B), D contiguous, with the
 // box (tma_box_cols, box_rows, 1, 1) and the swizzle the kernel's LaunchInfo declares (those of
-// its shared-memory layout). Rows past L are zero-filled by the hardware.
+// its shared-memory layout). Rows past L are zero-filled by the hardware. A paged cache is the
+// same with B its pages and L a page's rows.
 CUtensorMap encode_tensor_map(const void* base, const FwdParams& p, const LaunchInfo& info,
                               int seqlen, int heads, int64_t row_stride, int64_t head_stride,
-                              int64_t batch_stride, int box_rows) {
+                              int64_t batch_stride, int box_rows, int64_t batches = -1) {
   constexpr int kElemBytes = 2;  // fp16 / bf16
   cuuint64_t dims[4] = {cuuint64_t(info.head_dim), cuuint64_t(seqlen), cuuint64_t(heads),
-                        cuuint64_t(p.batch)};
+                        cuuint64_t(batches < 0 ? p.batch : batches)};
   cuuint64_t strides[3] = {cuuint64_t(row_stride * kElemBytes),
                            cuuint64_t(head_stride * kElemBytes),
                            cuuint64_t(batch_stride * kElemBytes)};
@@ -182,6 +184,8 @@ struct Plan {
   unsigned cluster = 0;
   CUcontext ctx = nullptr;
   LaunchInfo info{};
+  // Pages of a paged cache (the extent of the K and V maps' outer dimension), 0 otherwise.
+  int64_t cache_pages = 0;
 
   // KV-cache operands (fwd_params.h) are optional: 0 for none. With num_splits > 1 the fp32
   // workspaces o_partial and lse_partial must be given; the combine entry then runs after the
@@ -211,11 +215,14 @@ struct Plan {
     if (info.tma_box_cols == 0) {
       submit(function, grid, info.threads, info.smem_bytes, &p, stream);
     } else {
-      // TMA would read a padded cache's rows past a sequence's length, and pages are no
-      // tensor map: a kernel that takes maps reads contiguous caches only.
-      if (p.seqlens_k != nullptr || p.block_table != nullptr) {
-        throw std::invalid_argument("this kernel reads K and V through TMA: no per-sequence "
-                                    "lengths or block table (a decode-family kernel reads them)");
+      // A paged cache: maps over its pages, a box per page where pages are shorter than the
+      // kernel's tile (the kernel issues as many, plan() checked the page size).
+      const bool paged = p.block_table != nullptr;
+      const int page_rows = 1 << p.page_size_log2;
+      const int kv_rows = paged ? page_rows : p.seqlen_k;
+      const int64_t kv_batches = paged ? cache_pages : -1;
+      if (paged && cache_pages < 1) {
+        throw std::invalid_argument("a paged cache for a TMA kernel needs its page count");
       }
       // The maps hold the base addresses, so they are encoded for every call (host only, a few
       // microseconds; nothing is copied to the device). Stores through the O map clip rows
@@ -223,10 +230,16 @@ struct Plan {
       cute_autotune::TmaFwdParams tma;
       tma.tma_q = encode_tensor_map(p.q, p, info, p.seqlen_q, p.heads_q, p.q_row_stride,
                                     p.q_head_stride, p.q_batch_stride, info.tma_box_rows_q);
-      tma.tma_k = encode_tensor_map(p.k, p, info, p.seqlen_k, p.heads_kv, p.k_row_stride,
-                                    p.k_head_stride, p.k_batch_stride, info.tma_box_rows_k);
-      tma.tma_v = encode_tensor_map(p.v, p, info, p.seqlen_k, p.heads_kv, p.v_row_stride,
-                                    p.v_head_stride, p.v_batch_stride, info.tma_box_rows_v);
+      tma.tma_k = encode_tensor_map(p.k, p, info, kv_rows, p.heads_kv, p.k_row_stride,
+                                    p.k_head_stride, p.k_batch_stride,
+                                    paged ? std::min(info.tma_box_rows_k, page_rows)
+                                          : info.tma_box_rows_k,
+                                    kv_batches);
+      tma.tma_v = encode_tensor_map(p.v, p, info, kv_rows, p.heads_kv, p.v_row_stride,
+                                    p.v_head_stride, p.v_batch_stride,
+                                    paged ? std::min(info.tma_box_rows_v, page_rows)
+                                          : info.tma_box_rows_v,
+                                    kv_batches);
       tma.tma_o = encode_tensor_map(p.o, p, info, p.seqlen_q, p.heads_q, p.o_row_stride,
                                     p.o_head_stride, p.o_batch_stride, info.tma_box_rows_o);
       tma.base = p;
@@ -368,7 +381,7 @@ class Kernel {
   Plan plan(py::tuple q_strides, py::tuple k_strides, py::tuple v_strides, py::tuple o_strides,
             int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
             int dtype, bool causal, double scale, int num_splits, int page_size,
-            int64_t block_table_stride, bool cluster_combine) const {
+            int64_t block_table_stride, bool cluster_combine, int64_t cache_pages) const {
     if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
       throw std::invalid_argument(
           "problem (head_dim=" + std::to_string(head_dim) + ", dtype=" + std::to_string(dtype) +
@@ -387,10 +400,15 @@ class Kernel {
       throw std::invalid_argument("num_splits must be 1, or up to 65535 for a kernel with "
                                   "split-KV; got " + std::to_string(num_splits));
     }
-    if (page_size != 0 && (info_.split_kv == 0 || info_.tma_box_cols != 0 || page_size < 1 ||
-                           (page_size & (page_size - 1)) != 0 || block_table_stride < 1)) {
-      throw std::invalid_argument("paged KV needs a decode kernel without TMA, a power-of-two "
-                                  "page size and a block table; got page_size " +
+    // A TMA kernel loads a page as boxes that keep its shared-memory swizzle: a page must
+    // be whole 8-row swizzle atoms, and the tile whole pages or a part of one.
+    const bool tma = info_.tma_box_cols != 0;
+    if (page_size != 0 && (info_.split_kv == 0 || page_size < 1 ||
+                           (page_size & (page_size - 1)) != 0 || block_table_stride < 1 ||
+                           (tma && (page_size < 16 || cache_pages < 1)))) {
+      throw std::invalid_argument("paged KV needs a decode kernel, a power-of-two page size (at "
+                                  "least 16 rows for a TMA kernel, with the cache's page count) "
+                                  "and a block table; got page_size " +
                                   std::to_string(page_size));
     }
     Plan plan;
@@ -420,6 +438,7 @@ class Kernel {
     }
     plan.ctx = ctx_;
     plan.info = info_;
+    plan.cache_pages = page_size != 0 ? cache_pages : 0;
     return plan;
   }
 
@@ -537,7 +556,7 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
            py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"), py::arg("head_dim"),
            py::arg("dtype"), py::arg("causal"), py::arg("scale"), py::arg("num_splits") = 1,
            py::arg("page_size") = 0, py::arg("block_table_stride") = 0,
-           py::arg("cluster_combine") = true);
+           py::arg("cluster_combine") = true, py::arg("cache_pages") = 0);
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("cluster", [](const Plan& p) { return p.cluster; })
       .def_property_readonly("grid", [](const Plan& p) {

@@ -1,15 +1,18 @@
 """The decode90 family (wgmma + TMA, GQA packed into 64-128 rows) on an sm_90 GPU: full
-contiguous caches in both layouts, KV splits reduced in a thread-block cluster and by the
-combine entry, GQA / MQA / MHA, Lq x group not a multiple of the tile, causal rows that see no
-key, against the fp32 reference with the output buffer poisoned; which split counts get a
-cluster; refused KV-cache operands; a tuned decode90 config run by `attention`, plain and in a
-captured CUDA graph.
+contiguous caches in both layouts, per-sequence lengths into a padded cache (0, 1, a tail, the
+end) and paged caches (pages of 16, 64 and 256 rows in shuffled order, lengths not a multiple
+of the page), every unused cache slot NaN; KV splits reduced in a thread-block cluster and by
+the combine entry, GQA / MQA / MHA, Lq x group not a multiple of the tile, causal rows that see
+no key, against the fp32 reference with the output buffer poisoned; which split counts get a
+cluster; pages too short for its TMA boxes refused; a tuned decode90 config run by `attention`,
+plain and in a captured CUDA graph, and by `attention_with_kvcache` on a paged cache.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,7 +26,7 @@ from autotune.model.problem import Problem
 from autotune.model.space import load_space
 from autotune.runtime.attention import configure
 from autotune.runtime.dispatch import device_info
-from autotune.runtime.kvcache import decode_kernel
+from autotune.runtime.kvcache import decode_choice, decode_kernel
 from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 
@@ -56,11 +59,27 @@ CONFIGS = [
 
 
 def _cases(config: Config) -> list[tuple[KVCase, int]]:
-    """(case, num_splits) pairs for one config's problem class: full caches only."""
+    """(case, num_splits) pairs for one config's problem class."""
     d, dt, c = config["head_dim"], config["dtype"], config["causal"]
 
     def case(**kw: Any) -> KVCase:
         return KVCase.make(**{"head_dim": d, "dtype": dt, "causal": c, "lengths": None, **kw})
+
+    # KV caches: slots past a sequence's length are NaN and must never reach the output.
+    caches = [
+        (case(batch=4, heads_q=8, heads_kv=1, seqlen_q=3, capacity=777,
+              lengths=(0, 1, 500, 777)), 1),
+        (case(batch=4, heads_q=16, heads_kv=2, seqlen_q=4, capacity=1000,
+              lengths=(1000, 129, 0, 64), layout="bhld"), 4),
+        (case(batch=3, heads_q=16, heads_kv=2, seqlen_q=2, capacity=512, lengths=(5, 333, 0),
+              page_size=16), 8),
+        (case(batch=2, heads_q=32, heads_kv=8, seqlen_q=8, capacity=1024, lengths=(1000, 64),
+              page_size=64, layout="bhld"), 2),
+        (case(batch=2, heads_q=16, heads_kv=2, seqlen_q=16, capacity=1024, lengths=(700, 1024),
+              page_size=256), 16),
+        (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, capacity=2048, lengths=(2047, 3),
+              page_size=16), 1),
+    ]
 
     cases = [
         (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=4, capacity=1000), 1),
@@ -79,7 +98,7 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
     ]
     if c:  # Lq > Lk: the first rows see no key (O = 0, LSE = -inf)
         cases.append((case(batch=1, heads_q=8, heads_kv=2, seqlen_q=64, capacity=50), 2))
-    return cases
+    return cases + caches
 
 
 def _kernel(config: Config) -> Any:
@@ -96,9 +115,11 @@ def test_full_caches_and_splits_match_the_reference(config: Config, cluster_comb
         inputs = make_kv_inputs(case, "cuda", seed)
         out = torch.full_like(inputs.q, float("nan"))  # poisoned: every row must be written
         out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
-                                       layout=case.layout, out=out, return_lse=True,
-                                       num_splits=splits, cluster_combine=cluster_combine)
-        _check(out, lse, inputs, case, None)  # the decode tests' check, full caches
+                                       cache_seqlens=inputs.cache_seqlens,
+                                       block_table=inputs.block_table, layout=case.layout,
+                                       out=out, return_lse=True, num_splits=splits,
+                                       cluster_combine=cluster_combine)
+        _check(out, lse, inputs, case, inputs.cache_seqlens)  # the decode tests' check
 
 
 def test_splits_reduce_in_a_cluster_where_one_fits() -> None:
@@ -117,20 +138,17 @@ def test_splits_reduce_in_a_cluster_where_one_fits() -> None:
     assert cluster(8, cluster_combine=False) == 0
 
 
-def test_cache_operands_it_cannot_read_are_refused() -> None:
+def test_pages_shorter_than_a_swizzle_atom_pair_are_refused() -> None:
+    """A TMA kernel loads a page as boxes of whole 128-byte swizzle atoms: pages of 8 rows are
+    refused with a clear error (the decode family reads them), never launched."""
     kernel = _kernel(CONFIGS[0])
-    case = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=512,
-                       lengths=(512, 100), causal=True)
-    inputs = make_kv_inputs(case, "cuda", 1)
-    with pytest.raises(ValueError, match="TMA"):
-        kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
-                            cache_seqlens=inputs.cache_seqlens)
     paged = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=512,
-                        lengths=(512, 100), causal=True, page_size=64)
+                        lengths=(512, 100), causal=True, page_size=8)
     inputs = make_kv_inputs(paged, "cuda", 2)
-    with pytest.raises(ValueError, match="TMA"):
+    with pytest.raises(ValueError, match="at least 16 rows"):
         kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
                             cache_seqlens=inputs.cache_seqlens, block_table=inputs.block_table)
+    assert not load_space("decode90").reads("paged8") and load_space("decode").reads("paged8")
 
 
 PROBLEM = Problem(2, 64, 8, 16, 3000, 128, "bf16", True)
@@ -177,4 +195,28 @@ def test_attention_runs_a_tuned_decode90_config(tuned_decode90: None) -> None:
     graph.replay()
     torch.cuda.synchronize()
     check(captured, None)
-    assert load_space("decode90").reads("dense") and not load_space("decode90").reads("paged16")
+    assert all(load_space("decode90").reads(k) for k in ("dense", "seqlens", "paged16"))
+
+
+def test_attention_with_kvcache_runs_a_tuned_decode90_config_on_pages(tmp_path: Any) -> None:
+    """A paged problem tuned to decode90 is run by attention_with_kvcache with that config (the
+    split-KV families that read the cache kind are all looked up), matching the reference."""
+    case = KVCase.make(batch=3, heads_q=32, heads_kv=4, seqlen_q=2, capacity=1024,
+                       lengths=(1024, 1, 555), page_size=64)
+    problem = replace(case.problem, kv_cache="paged64")
+    config = CONFIGS[1].replace(num_splits=2)
+    db = f"sqlite:///{tmp_path}/paged.db"
+    TuningStore(db).set_best(device_info(0), problem, TrialResult(config, "ok", median_us=20.0),
+                             measurement_id=None, study="test", trials=1,
+                             sdpa_default_us=None, sdpa_flash_us=None)
+    configure(db=db, use_shipped=False)
+    try:
+        chosen = decode_choice(problem, 0)
+        assert chosen is not None and chosen[0] == config, chosen
+        inputs = make_kv_inputs(case, "cuda", 5)
+        out, lse = autotune.attention_with_kvcache(
+            inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=inputs.cache_seqlens,
+            block_table=inputs.block_table, return_lse=True)
+        _check(out, lse, inputs, case, inputs.cache_seqlens)
+    finally:
+        configure()

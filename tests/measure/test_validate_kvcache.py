@@ -67,8 +67,9 @@ def test_a_faulty_kernel_fails(fault: str, case: str, needle: str) -> None:
 
 
 def test_a_family_that_reads_full_caches_only_gets_the_full_cache_cases() -> None:
-    """decode90 reads contiguous full caches only (TMA): its KV cases have no lengths and no
-    pages, and every such case of the set is kept; the decode family gets them all."""
+    """A split-KV family that reads contiguous full caches only (`kv_caches = false`) gets the
+    KV cases with no lengths and no pages, every such case of the set; a family that reads
+    caches (decode, decode90) gets them all."""
     from autotune.measure.validate_kvcache import validate_kvcache
 
     full = validate_kvcache(ReferenceKernel(False), head_dim=32, dtype="fp16", causal=False,
