@@ -346,12 +346,13 @@ def main() -> int:
     problems = [p for p in (problems[:args.limit] if args.limit else problems)
                 if p.seqlen_q >= args.min_lq]
     extra = [p for p in EXTRA if p.seqlen_q >= args.min_lq] if args.extra else []
-    copy_bw = copy_tb_per_s()
+    todo = ([(p, False) for p in problems] + ([(p, True) for p in PAGED] if args.paged else [])
+            + [(p, False) for p in extra])
+    prebuild(todo)
+    copy_bw = copy_tb_per_s()  # also what brings the GPU to its clock before the first search
     print(f"device copy: {copy_bw:.2f} TB/s (read + write)", flush=True)
     rows: list[dict[str, Any]] = []
     t0 = time.time()
-    todo = ([(p, False) for p in problems] + ([(p, True) for p in PAGED] if args.paged else [])
-            + [(p, False) for p in extra])
     for problem, with_pages in todo:
         for r in run_problem(problem, copy_bw, with_pages):
             if with_pages and r["cache"] == "contiguous":
@@ -367,6 +368,27 @@ def main() -> int:
     print(f"geomean x{summary['geomean_speedup']:.3f} over {summary['problems']} problems, "
           f"worst x{summary['worst_speedup']:.3f}")
     return 0
+
+
+def prebuild(todo: list[tuple[Problem, bool]]) -> None:
+    """Every candidate config of every problem built before anything is timed, on all cores.
+    Built one at a time inside the searches (H200, 2026-12-02), the first search came after
+    140 s of compiling with the GPU idle and timed every candidate of B1 H32/8 Lq1 Lk8k about
+    1.6x slow."""
+    from autotune.build import compile_many
+
+    configs: dict[str, Config] = {}
+    for problem, with_pages in todo:
+        kinds = ["dense"] + (["seqlens", "paged16", "paged64"] if with_pages else [])
+        for kind in kinds:
+            for config in configs_for(problem, WIDE and (problem.head_dim, problem.dtype)
+                                      == (128, "bf16"), kind):
+                configs.setdefault(config.digest, config)
+    t0 = time.time()
+    built = compile_many(list(configs.values()), _target())
+    failed = [b.name for b in built if not b.ok]
+    print(f"prebuilt {len(built)} candidate configs in {time.time() - t0:.0f} s"
+          f"{f', failed: {failed}' if failed else ''}", flush=True)
 
 
 def write(path: str, rows: list[dict[str, Any]], copy_bw: float) -> dict[str, Any]:

@@ -112,6 +112,12 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cu
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # Cubins packed by benchmarks/pack_cubins.py and carried in .c90pack/, into the kernel cache.
 # (Function variables are `local`: a loop variable named like a stage's once overwrote it.)
+# A copy of a SQLite tuning database with what its write-ahead log holds (a plain cp of the
+# main file misses the transactions not yet checkpointed into it: the last tuned problem's
+# best row, in the decodekv call of 2026-12-02).
+copy_db() { python3 -c "import sqlite3, sys
+source, copy = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+source.backup(copy); copy.close(); source.close()" "$1" "$2"; }
 unpack_cubins() { local pack; mkdir -p "$CUTE_AUTOTUNE_CACHE"
   for pack in .c90pack/*.tgz; do [ -e "$pack" ] && tar xzf "$pack" -C "$CUTE_AUTOTUNE_CACHE"; done
   return 0; }
@@ -163,7 +169,7 @@ tune)
     --family "${FAMILIES:-sm80}" \
     --stop-after "${STOP_AFTER:-420}" --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$OUT/tune_piece_$piece.json" --quiet 2>&1 | tail -80 | tee "$OUT/tune_piece_$piece.txt"
-  cp .tuning/h200.db "$OUT/h200.db"
+  copy_db .tuning/h200.db "$OUT/h200.db"
   ;;
 dispatch)
   # Tuned dispatch from the session's database against SDPA, in one run per shape set.
@@ -238,7 +244,7 @@ sm90piece)
          --causal both --json "$p/sm90_check_d${x}_$dt.json" --quiet > "$p/sm90_check_d${x}_$dt.txt" 2>&1
        echo "D=$x $dt: $(tail -n 1 "$p/sm90_check_d${x}_$dt.txt")"
      done
-     cp .tuning/h200.db "$p/tune_d${d}_$dt.db"
+     copy_db .tuning/h200.db "$p/tune_d${d}_$dt.db"
      python3 -m autotune.cli tune --shapes llm-prefill --head-dim "$d" --dtype $dt --family sm90 \
        --trials "${TRIALS:-24}" --skip-tuned --stop-after $(( ${STOP_AT:-500} - ($(date +%s) - t0) )) \
        --db "sqlite:///$p/tune_d${d}_$dt.db" --json "$p/tune_d${d}_$dt.json" --quiet \
@@ -328,7 +334,7 @@ decode15tune)
       --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$1.json" --quiet > "$f/tune_$1.txt" 2>&1
     echo "tune $1 rc $? at $(( $(date +%s) - t0 )) s"; shift
   done
-  cp .tuning/h200.db "$f/h200.db"; tar czf "$OUT/decode15tune.tgz" -C /tmp decode15tune
+  copy_db .tuning/h200.db "$f/h200.db"; tar czf "$OUT/decode15tune.tgz" -C /tmp decode15tune
   grep -A4 "^phase" "$f/model_bench_h200.txt"; tail -n 8 "$f"/tune_*.txt | cut -c1-200
   ;;
 decode15v4)
@@ -446,7 +452,7 @@ decode15v3)
       --rerank-top "${RERANK_TOP:-3}" --skip-tuned --stop-after "$(( $(left) - ${CHECK_S:-0} - 30 ))" \
       --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_piece_$t0.json" --quiet \
       > "$f/tune_piece_$t0.txt" 2>&1; echo "tune rc $? at $(( $(date +%s) - t0 )) s"
-    cp .tuning/h200.db "$OUT/h200.db"
+    copy_db .tuning/h200.db "$OUT/h200.db"
   fi
   if [ "${CHECK:-0}" = 1 ] && [ "$(left)" -gt 30 ]; then
     python3 - "${CHECK_FROM:-0}" > /tmp/check_configs.json <<'PY'
@@ -664,7 +670,7 @@ decode)
   timeout 120 python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
     --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
   echo "decode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 40 "$OUT/tune_llm_decode_h200.txt"
-  cp .tuning/h200.db "$OUT/h200.db"
+  copy_db .tuning/h200.db "$OUT/h200.db"
   python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
   timeout 150 python3 benchmarks/timing_agreement.py --db "$db" --shapes llm-decode \
     --bench-json "$OUT/bench_no_regret_llm_decode_h200.json" \
@@ -755,22 +761,23 @@ decode90)
   tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
   ;;
 decodekv)
-  # Issue 15, decode90 reading KV caches, one call: the decode family's bf16 D=128 space compiled
-  # on idle cores (nice) meanwhile; BENCH=1 the whole decode bench (both families searched on
+  # Issue 15, decode90 reading KV caches, one call: BENCH=1 the whole decode bench (both families searched on
   # every row, paged and per-sequence-length rows included); then decode-tuning's cache-kind
   # problems (KINDS) and, with DENSE1=1, its dense Lq=1 problems, searched with the decode and
-  # decode90 families beside SDPA's backends (--skip-tuned: each problem once over calls), each
+  # decode90 families beside SDPA's backends (the decode family's bf16 D=128 space compiled on
+  # idle cores meanwhile) (--skip-tuned: each problem once over calls), each
   # piece started until UNTIL - 70 s (.tuning carried and returned; one tarball).
   f=$OUT/decodekv; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
   python3 -m autotune.cli compile --family decode90 --arch sm_90 --jobs 16 --quiet \
     > "$f/compile_decode90.txt" 2>&1; tail -n 1 "$f/compile_decode90.txt"
-  (nice -n 10 python3 -m autotune.cli compile --family decode --head-dim 128 --dtype bf16 \
-     --causal both --arch sm_90 --jobs 14 --quiet > "$f/compile_decode.txt" 2>&1 &)
   if [ "${BENCH:-1}" = 1 ]; then
     timeout "${BENCH_S:-300}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_h200.json" \
       --min-lq 1 --extra --paged > "$f/decode_bench_h200.txt" 2>&1
     echo "bench rc $? at $(( $(date +%s) - t0 )) s"
   fi
+  # (after the bench, whose timing a busy host could disturb)
+  (nice -n 10 python3 -m autotune.cli compile --family decode --head-dim 128 --dtype bf16 \
+     --causal both --arch sm_90 --jobs 12 --quiet > "$f/compile_decode.txt" 2>&1 &)
   tune_piece() {  # tune_piece NAME ARGS...: one tuning piece if time is left
     local name=$1 left; shift; left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
     [ "$left" -gt 20 ] || { echo "tune $name not started"; return 0; }
@@ -781,7 +788,7 @@ decodekv)
     echo "tune $name rc $? at $(( $(date +%s) - t0 )) s"; }
   for kind in ${KINDS:-seqlens paged16 paged64}; do tune_piece "$kind" --causal both --kv-cache "$kind"; done
   [ "${DENSE1:-0}" = 1 ] && tune_piece dense_lq1 --causal false --kv-cache dense
-  cp .tuning/h200.db "$f/h200.db"
+  copy_db .tuning/h200.db "$f/h200.db"
   [ "${BENCH:-1}" = 1 ] && tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-160
   tail -q -n 8 "$f"/tune_*.txt | cut -c1-160
   tar czf "$OUT/decodekv.tgz" -C "$OUT" decodekv
@@ -808,7 +815,7 @@ decode90tune)
     --stop-after $(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) )) --db "sqlite:///$PWD/.tuning/h200.db" \
     --json "$f/tune_piece_$t0.json" --quiet > "$f/tune_piece_$t0.txt" 2>&1
   echo "tune rc $? at $(( $(date +%s) - t0 )) s"
-  cp .tuning/h200.db "$f/h200.db"
+  copy_db .tuning/h200.db "$f/h200.db"
   [ "${BENCH:-1}" = 1 ] && { tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-150; cat "$f/decode_floor_h200.txt"; }
   tail -n 25 "$f/tune_piece_$t0.txt" | cut -c1-160
   tar czf "$OUT/decode90tune.tgz" -C "$OUT" decode90tune
