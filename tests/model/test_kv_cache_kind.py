@@ -100,6 +100,25 @@ def test_only_a_family_that_reads_caches_is_searched_on_a_cache_problem() -> Non
         families_to_search(backend, ["sm90"], paged)
 
 
+def test_decode90_reads_every_kind_but_pages_shorter_than_its_tma_boxes() -> None:
+    """decode90 loads a page as TMA boxes of whole 128-byte swizzle atoms: pages of 16 rows
+    and more; the decode family reads any page size. A family that reads no caches reads only
+    dense keys, and a malformed kind is no page size."""
+    from autotune.model.space import load_space
+
+    decode90, decode, sm90 = load_space("decode90"), load_space("decode"), load_space("sm90")
+    kinds = ("dense", "seqlens", "paged8", "paged16", "paged256")
+    assert [decode90.reads(k) for k in kinds] == [True, True, False, True, True]
+    assert all(decode.reads(k) for k in kinds)
+    assert [sm90.reads(k) for k in kinds] == [True, False, False, False, False]
+    backend: Any = AllFamilies()
+    backend.families = lambda: ["decode", "decode90"]
+    assert families_to_search(backend, None, Problem(*SHAPE, "paged16")) == [  # type: ignore[arg-type]
+        "decode", "decode90"]
+    assert families_to_search(backend, None, Problem(*SHAPE, "paged8")) == [  # type: ignore[arg-type]
+        "decode"]
+
+
 def test_each_kind_has_its_own_study() -> None:
     """A study holds one problem's trials: a kind sharing its dense twin's study would find the
     twin's budget spent and search nothing of its own (seen on the H200, fixed here)."""

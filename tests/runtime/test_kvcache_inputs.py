@@ -122,3 +122,14 @@ def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
     d.clear()
     near = d.tuned_config(other, 0, "decode")
     assert near is not None and near[0] == config(128, 16) and "nearest" in near[1]
+    # several families (the split-KV ones that read a cache kind): the fastest of any of them
+    decode90 = load_space("decode90").config(
+        **problem.space_values(), block_m=64, block_n=128, consumer_wgs=1, kv_stages=3,
+        overlap=True, num_splits=2)
+    store.record_trial(h200, problem, TrialResult(decode90, "ok", median_us=240.0), build=None,
+                       study="s90", phase="rerank", baseline_us=250.0)
+    d.clear()
+    assert d.tuned_config(problem, 0, "decode") == found
+    both = d.tuned_config(problem, 0, ("decode", "decode90"))
+    assert both is not None and both[0] == decode90 and "decode or decode90" in both[1]
+    assert d.tuned_config(other, 0, ("decode90",)) is None  # no decode90 best nearby
