@@ -642,7 +642,7 @@ noregret)
   timeout 120 python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
     --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
   echo "decode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 40 "$OUT/tune_llm_decode_h200.txt"
-  cp /tmp/noregret/h200.db "$OUT/h200.db"
+  copy_db /tmp/noregret/h200.db "$OUT/h200.db"
   python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
   timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_sdpa_dispatch.py \
     tests/gpu/test_attention_gpu.py -v -rA > "$OUT/pytest_gpu_noregret.txt" 2>&1
@@ -694,7 +694,7 @@ final13)
   timeout $(left 285) python3 -m autotune.cli tune --shapes llm-decode --family sdpa --db "$db" \
     --json "$OUT/tune_llm_decode_h200.json" --quiet > "$OUT/tune_llm_decode_h200.txt" 2>&1
   echo "decode rc $? at $(( $(date +%s) - t0 )) s"
-  cp /tmp/final13/h200.db "$OUT/h200.db"
+  copy_db /tmp/final13/h200.db "$OUT/h200.db"
   python3 -m autotune.cli export --db "$db" > "$OUT/h200_export.json"
   for set in llm-prefill llm-decode; do
     timeout $(left $([ $set = llm-prefill ] && echo 425 || echo 515)) \
