@@ -70,13 +70,16 @@ CANDIDATES_90 = [(128, 128, 2, 3, True), (128, 128, 2, 2, True), (128, 64, 2, 4,
                  (128, 128, 2, 3, False), (64, 128, 1, 3, True), (64, 128, 1, 4, True),
                  (64, 64, 1, 4, True), (64, 128, 1, 3, False)]
 FAMILIES = ["decode", "decode90"]  # --families
+PAGE_SIZES = (16, 64)  # the paged rows of the PAGED problems (--paged)
 
 
-def configs_for(problem: Problem, wide: bool, kv_cache: str = "dense") -> list[Config]:
+def configs_for(problem: Problem, kv_cache: str = "dense") -> list[Config]:
     """The configs searched for `problem` (split count 1; the splits are searched apart): the
-    decode family's, and decode90's on an sm_90 GPU where it reads the cache kind."""
+    decode family's (every 16-row one at D=128 bf16 with --wide), and decode90's on an sm_90
+    GPU where it reads the cache kind."""
     from autotune.model import load_space
 
+    wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
     configs = configs_for_decode(problem, wide) if "decode" in FAMILIES else []
     if ("decode90" in FAMILIES and load_space("decode90").reads(kv_cache)
             and _target().cc == 90):
@@ -203,7 +206,7 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
         best_splits = json.loads(best)["num_splits"]
         kernel = decode_kernel(Config.from_json(best), head_dim=d,
                                dtype=problem.dtype, causal=problem.causal, device=0)
-        for page_size in (16, 64):
+        for page_size in PAGE_SIZES:
             (k_p, v_p), table = paged((k, v), page_size, page_size)
 
             def paged_call(kern: Any, splits: int, k_p: torch.Tensor = k_p,
@@ -240,9 +243,8 @@ def search_configs(problem: Problem, make_call: Callable[[Any, int], Callable[[]
     lq, lk, b, hq, hkv, d = (problem.seqlen_q, problem.seqlen_k, problem.batch,
                              problem.heads_q, problem.heads_kv, problem.head_dim)
     candidates: dict[str, Callable[[], Any]] = {}
-    wide = WIDE and (problem.head_dim, problem.dtype) == (128, "bf16")
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    for config in configs_for(problem, wide, kv_cache):
+    for config in configs_for(problem, kv_cache):
         tiles = math.ceil(lk / int(config["block_n"]))
         packs = config.family == "decode90" or bool(config["pack_gqa"])
         packed_rows = lq * (problem.group_size if packs else 1)
@@ -379,10 +381,10 @@ def prebuild(todo: list[tuple[Problem, bool]]) -> None:
 
     configs: dict[str, Config] = {}
     for problem, with_pages in todo:
-        kinds = ["dense"] + (["seqlens", "paged16", "paged64"] if with_pages else [])
+        kinds = ["dense"] + (["seqlens"] + [f"paged{n}" for n in PAGE_SIZES]
+                             if with_pages else [])
         for kind in kinds:
-            for config in configs_for(problem, WIDE and (problem.head_dim, problem.dtype)
-                                      == (128, "bf16"), kind):
+            for config in configs_for(problem, kind):
                 configs.setdefault(config.digest, config)
     t0 = time.time()
     built = compile_many(list(configs.values()), _target())

@@ -95,7 +95,7 @@ def best_of(problem: Problem, run: Any) -> tuple[str, float]:
     call; timed by the alternating check in groups (short, L2 flushed)."""
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     calls = {}
-    for config in configs_for(problem, False):
+    for config in configs_for(problem):
         ctas = math.ceil(problem.seqlen_q * problem.group_size / int(config["block_m"])) * \
             problem.batch * problem.heads_kv
         kernel = decode_kernel(config, head_dim=problem.head_dim, dtype=problem.dtype,

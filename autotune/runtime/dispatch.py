@@ -189,23 +189,23 @@ class Dispatcher:
         best config of the nearest tuned problem whose best is of `family`; None when it knows
         neither (or cannot be read). For callers that can run only some families (KV caches:
         the split-KV families that read the cache's kind).
-        Remembered per (device, problem, family): a repeated call touches no database."""
-        key = (device_index, problem, family)
+        Remembered per (device, problem, families): a repeated call touches no database."""
+        families = (family,) if isinstance(family, str) else tuple(family)
+        key = (device_index, problem, families)
         if key in self._family_memo:
             return self._family_memo[key]
         with self._lock:
             if key not in self._family_memo:
-                self._family_memo[key] = self._tuned_config(problem, device_index, family)
+                self._family_memo[key] = self._tuned_config(problem, device_index, families)
         return self._family_memo[key]
 
     def _tuned_config(self, problem: Problem, device_index: int,
-                      family: str | tuple[str, ...]) -> tuple[Config, str] | None:
+                      families: tuple[str, ...]) -> tuple[Config, str] | None:
         device, _ = self._identify(device_index)
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
             store = self.store()
-            families = (family,) if isinstance(family, str) else family
             timed = [t for t in store.timings(device, problem)
                      if t.config.family in families and t.median_us is not None]
             if timed:
@@ -219,8 +219,7 @@ class Dispatcher:
             if not self._warned_db:
                 self._warned_db = True
                 warnings.warn(f"cute-autotune: tuning database unavailable, the default of "
-                              f"{family if isinstance(family, str) else family[0]} is used: "
-                              f"{exc}", stacklevel=3)
+                              f"{families[0]} is used: {exc}", stacklevel=3)
         return None
 
     def _candidates(self, problem: Problem, device: DeviceInfo,
