@@ -85,7 +85,9 @@
 #   UNTIL=540 bash benchmarks/h200_evidence.sh decodekv  # decode90 on KV caches: BENCH=1 the
 #                                              # whole decode bench, then decode-tuning's cache
 #                                              # kinds (DENSE1=1: and its dense Lq=1 problems)
-#                                              # tuned with both families (.tuning carried)
+#                                              # tuned with FAMILIES (both split-KV families
+#                                              # unless set), CAUSAL=true: only the Lq >= 4
+#                                              # cache problems (.tuning carried)
 #   UNTIL=540 bash benchmarks/h200_evidence.sh decode90tune  # BENCH=1: the whole decode bench
 #                                              # (both families) and the B=1 floor probe; then
 #                                              # a piece of decode-tuning's dense Lq >= 4
@@ -775,18 +777,20 @@ decodekv)
       --min-lq 1 --extra --paged > "$f/decode_bench_h200.txt" 2>&1
     echo "bench rc $? at $(( $(date +%s) - t0 )) s"
   fi
-  # (after the bench, whose timing a busy host could disturb)
-  (nice -n 10 python3 -m autotune.cli compile --family decode --head-dim 128 --dtype bf16 \
-     --causal both --arch sm_90 --jobs 12 --quiet > "$f/compile_decode.txt" 2>&1 &)
+  # (after the bench, whose timing a busy host could disturb; only when the decode family is tuned)
+  case ",${FAMILIES:-decode,decode90}," in *,decode,*)
+    (nice -n 10 python3 -m autotune.cli compile --family decode --head-dim 128 --dtype bf16 \
+       --causal both --arch sm_90 --jobs 12 --quiet > "$f/compile_decode.txt" 2>&1 &) ;; esac
   tune_piece() {  # tune_piece NAME ARGS...: one tuning piece if time is left
     local name=$1 left; shift; left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
     [ "$left" -gt 20 ] || { echo "tune $name not started"; return 0; }
-    python3 -m autotune.cli tune --shapes decode-tuning "$@" --family decode,decode90 \
+    python3 -m autotune.cli tune --shapes decode-tuning "$@" --family "${FAMILIES:-decode,decode90}" \
       --trials "${TRIALS:-8}" --rerank-top "${RERANK_TOP:-3}" --skip-tuned --stop-after "$left" \
       --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_$name.json" --quiet \
       > "$f/tune_$name.txt" 2>&1
     echo "tune $name rc $? at $(( $(date +%s) - t0 )) s"; }
-  for kind in ${KINDS:-seqlens paged16 paged64}; do tune_piece "$kind" --causal both --kv-cache "$kind"; done
+  for kind in ${KINDS:-seqlens paged16 paged64}; do
+    tune_piece "$kind" --causal "${CAUSAL:-both}" --kv-cache "$kind"; done
   [ "${DENSE1:-0}" = 1 ] && tune_piece dense_lq1 --causal false --kv-cache dense
   copy_db .tuning/h200.db "$f/h200.db"
   [ "${BENCH:-1}" = 1 ] && tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-160
