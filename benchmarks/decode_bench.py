@@ -194,9 +194,7 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
     final = alternating(calls)
     # The roofline: min(680 TFLOP/s, FLOP per byte x the copy bandwidth), as a time.
     roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
-    ranked = sorted(search, key=lambda n: search[n].median_us)
-    top = [{"config": json.loads(n), "median_us": round(search[n].median_us, 2)}
-           for n in ranked[:5]]
+    top = fastest(search)
     rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline_us,
                 config_json, int(best_splits), rel, search[best].median_us, search_top=top,
                 candidates=len(search), cluster=clustered,
@@ -228,7 +226,7 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
                             paged_search[paged_best].median_us, contiguous_us=t["ours"],
                             paged_vs_contiguous=round(t["ours"] / t["paged"], 3),
                             paged_contiguous_config_us=t["paged_contiguous_config"],
-                            paged_max_diff=diff))
+                            paged_max_diff=diff, search_top=fastest(paged_search)))
             del k_p, v_p, paged_calls, own, same_config
         rows.append(seqlens_row(problem, (q, k, v), (q_s, k_s, v_s), copy_bw))
     return rows
@@ -282,6 +280,13 @@ def seqlens_row(problem: Problem, blhd: tuple[torch.Tensor, ...],
     roofline_us = max(kind.flops / 680e12, kind.bytes / (copy_bw * 1e12)) * 1e6
     return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline_us, best,
                json.loads(best)["num_splits"], rel, search[best].median_us)
+
+
+def fastest(search: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
+    """The `count` fastest candidates of a search, with their medians."""
+    ranked = sorted(search, key=lambda n: search[n].median_us)
+    return [{"config": json.loads(n), "median_us": round(search[n].median_us, 2)}
+            for n in ranked[:count]]
 
 
 def _ignore_set(call: Callable[[], Any], _input_set: int) -> Any:
