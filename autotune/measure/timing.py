@@ -4,9 +4,10 @@
 The regime ("flushed-alternating"):
 * every timed call starts from a cold L2: a buffer twice the L2 size is overwritten just
   before it (untimed), as a model's other layers would leave it, and the GPU then spins for
-  about 50 us, so the host has enqueued the call before its start event fires: the figure is
-  the GPU's time for the call (a decode-sized call runs for less time than Python takes to
-  issue it; host overhead is measured apart, benchmarks/host_overhead.py);
+  about 50 us, or twice the host time of the slowest candidate's call where that is longer,
+  so the host has enqueued the call before its start event fires: the figure is the GPU's
+  time for the call (a decode-sized call runs for less time than Python takes to issue it;
+  host overhead is measured apart, benchmarks/host_overhead.py);
 * candidates alternate call by call (A B C, then a new seeded shuffle of them, ...), so each
   follows every other about equally often and clock or power drift hits them alike;
 * before the timed calls, the same alternation runs untimed for `warmup_ms` (at least three
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -71,28 +73,39 @@ def calls_for(per_call_ms: float, rounds: int, round_ms: float, *, min_calls: in
     return int(min(max_calls, max(min_calls, rounds * round_ms / max(per_call_ms, 1e-3))))
 
 
-# GPU clock cycles of the spin after each flush: about 50 us at the H200's 1.98 GHz boost, more
-# at lower clocks; longer than the host takes to issue one attention call and its events.
+# GPU clock cycles of the spin after each flush, at least: about 50 us at the H200's 1.98 GHz
+# boost, more at lower clocks.
 SPIN_CYCLES = 100_000
+SPIN_CYCLES_PER_US = 2_000  # about the H200's boost clock (a lower clock only spins longer)
+
+
+def spin_cycles_for(host_issue_us: float) -> int:
+    """The spin after each flush for candidates whose slowest takes the host `host_issue_us`
+    to issue: twice that, never less than SPIN_CYCLES, so the GPU is still spinning when the
+    host has issued the next call and its events. A fixed 50 us was not enough for a KV-cache
+    decode call (about 60 us of Python and launch): its search timed the host, 50-65 us, for a
+    20 us kernel, and picked its split count at random (H200, 2026-12-02)."""
+    return max(SPIN_CYCLES, int(2 * host_issue_us * SPIN_CYCLES_PER_US))
 
 
 class L2Flush:
     """Overwrites a buffer twice the GPU's L2 cache (what the L2 held is evicted), then spins
-    for SPIN_CYCLES so the host gets ahead of the GPU."""
+    for `spin_cycles` so the host gets ahead of the GPU."""
 
-    def __init__(self, device: Any = None) -> None:
+    def __init__(self, device: Any = None, spin_cycles: int = SPIN_CYCLES) -> None:
         import torch
 
         index = torch.cuda.current_device() if device is None else device
         l2 = torch.cuda.get_device_properties(index).L2_cache_size
         self._buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8,
                                    device=f"cuda:{index}")
+        self.spin_cycles = spin_cycles
 
     def __call__(self) -> None:
         import torch
 
         self._buffer.fill_(0)
-        torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda._sleep(self.spin_cycles)
 
 
 def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int = 7,
@@ -113,15 +126,18 @@ def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int
         for i in range(min(n_sets, 2)):
             candidates[name](i)
     torch.cuda.synchronize()
-    per_call = {}
+    per_call, host_us = {}, {}
     for name in names:  # a cold call's time, to size the warm-up and the timed calls
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush()
         start.record()
+        issued = time.perf_counter()
         candidates[name](0)
+        host_us[name] = (time.perf_counter() - issued) * 1e6
         end.record()
         end.synchronize()
         per_call[name] = max(start.elapsed_time(end), 1e-3)
+    flush.spin_cycles = spin_cycles_for(max(host_us.values()))
     pass_ms = sum(per_call.values()) + 0.05 * len(names)  # + the flushes, roughly
     calls = max(calls_for(per_call[n], rounds, round_ms, min_calls=min_calls,
                           max_calls=max_calls) for n in names)
