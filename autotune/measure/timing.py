@@ -73,10 +73,9 @@ def calls_for(per_call_ms: float, rounds: int, round_ms: float, *, min_calls: in
     return int(min(max_calls, max(min_calls, rounds * round_ms / max(per_call_ms, 1e-3))))
 
 
-# GPU clock cycles of the spin after each flush, at least: about 50 us at the H200's 1.98 GHz
-# boost, more at lower clocks.
-SPIN_CYCLES = 100_000
 SPIN_CYCLES_PER_US = 2_000  # about the H200's boost clock (a lower clock only spins longer)
+# GPU clock cycles of the spin after each flush, at least: 50 us at that clock.
+SPIN_CYCLES = 50 * SPIN_CYCLES_PER_US
 
 
 def spin_cycles_for(host_issue_us: float) -> int:

@@ -174,6 +174,7 @@ def test_the_shipped_h200_results_hold_each_kv_cache_kind(
     assert all(families <= {"decode", "decode90"}
                for kind, families in kinds.items() if kind != "dense")
     assert "decode90" in kinds["seqlens"]  # B1 H32/8 Lq1 Lk32k, re-tuned with both families
+    assert "decode90" in kinds["paged16"] and "decode90" in kinds["paged64"]  # re-tuned with it
 
 
 def sm90_config(problem: Problem) -> Config:
