@@ -93,6 +93,12 @@
 #                                              # a piece of decode-tuning's dense Lq >= 4
 #                                              # problems with decode and decode90 (.tuning
 #                                              # carried and returned; one tarball)
+#   UNTIL=540 bash benchmarks/h200_evidence.sh hostlq1  # issue 15, the decode call's host cost:
+#                                              # host_overhead.py --decode with the last
+#                                              # commit's package (.c90pack/old_tree.tgz) and
+#                                              # with this tree's, the decode GPU tests, then
+#                                              # benchmarks/configs/decode_lq1_retune.toml tuned
+#                                              # with decode90 beside SDPA (.tuning carried)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -796,6 +802,30 @@ decodekv)
   [ "${BENCH:-1}" = 1 ] && tail -n 48 "$f/decode_bench_h200.txt" | cut -c1-160
   tail -q -n 8 "$f"/tune_*.txt | cut -c1-160
   tar czf "$OUT/decodekv.tgz" -C "$OUT" decodekv
+  ;;
+hostlq1)
+  f=$OUT/hostlq1; mkdir -p "$f" .tuning /tmp/old; unpack_cubins; t0=$(date +%s)
+  tar xzf .c90pack/old_tree.tgz -C /tmp/old
+  PYTHONPATH=/tmp/site:/tmp/old timeout 150 python3 benchmarks/host_overhead.py --decode \
+    --calls 1000 --rounds 5 --json "$f/host_decode_old.json" > "$f/host_decode_old.txt" 2>&1
+  echo "old rc $? at $(( $(date +%s) - t0 )) s"
+  timeout 150 python3 benchmarks/host_overhead.py --decode --calls 1000 --rounds 5 \
+    --json "$f/host_decode_new.json" > "$f/host_decode_new.txt" 2>&1
+  echo "new rc $? at $(( $(date +%s) - t0 )) s"
+  timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode_gpu.py \
+    tests/gpu/test_decode90_gpu.py tests/gpu/test_timing_gpu.py > "$f/pytest_decode.txt" 2>&1
+  echo "tests rc $? at $(( $(date +%s) - t0 )) s"
+  left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
+  if [ "$left" -gt 40 ]; then
+    python3 -m autotune.cli tune --shapes benchmarks/configs/decode_lq1_retune.toml \
+      --family decode90 --trials "${TRIALS:-8}" --rerank-top 3 --skip-tuned --stop-after "$left" \
+      --db "sqlite:///$PWD/.tuning/h200.db" --json "$f/tune_lq1_$t0.json" --quiet \
+      > "$f/tune_lq1_$t0.txt" 2>&1; echo "tune rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  copy_db .tuning/h200.db "$f/h200.db"
+  grep -E "issue|Lk" "$f"/host_decode_*.txt | cut -c1-120; tail -n 3 "$f/pytest_decode.txt"
+  tail -n 20 "$f"/tune_lq1_*.txt 2>/dev/null | cut -c1-160
+  tar czf "$OUT/hostlq1.tgz" -C "$OUT" hostlq1
   ;;
 decode90tune)
   # Issue 15 with decode90, one call: BENCH=1 runs the decode bench of every problem (both

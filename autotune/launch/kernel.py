@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,70 @@ def _load(cubin: str, device: int) -> Any:
             fields = tuple(info.as_dict().values())
             kernel = _loaded[key] = launcher().Kernel(cubin, device, fields)
     return kernel
+
+
+def current_stream_handle(device: torch.device) -> int:
+    """The caller's current CUDA stream on `device`, as the launcher takes it. torch's raw
+    getter where it has one: `torch.cuda.current_stream` builds a Stream object per call,
+    microseconds a decode call at B=1 cannot spare."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+@dataclass(frozen=True)
+class Paging:
+    """A paged cache as the plan takes it (all 0: not paged)."""
+
+    page_size: int = 0
+    table_stride: int = 0  # elements between the block table's rows
+    cache_pages: int = 0   # the extent of the cache's page dimension (a TMA kernel's maps)
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    """A kernel's launch for one geometry: the launcher's plan, every size and stride in it
+    decided and checked, and the output's geometry. A call with tensors of that geometry
+    allocates the output (and the split workspaces) from torch's caching allocator on the
+    caller's stream and launches: no checks, no plan, no Python-side problem."""
+
+    plan: Any  # launcher Plan
+    out_shape: tuple[int, ...]
+    out_stride: tuple[int, ...]
+    lse_shape: tuple[int, int, int]
+    # (splits, B, Hq, Lq, D) of the fp32 O workspace when the combine entry reduces the
+    # splits; None when there is one split or a cluster reduces them in-kernel.
+    workspace: tuple[int, ...] | None
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+            out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+            return_lse: bool = False, seqlens: torch.Tensor | None = None,
+            block_table: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        import torch
+
+        if out is None:
+            out = torch.empty_strided(self.out_shape, self.out_stride, dtype=q.dtype,
+                                      device=q.device)
+        if return_lse and lse is None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o_partial = lse_partial = 0
+        if self.workspace is not None:
+            # From the caching allocator on the caller's stream: a later call reuses them only
+            # after this launch's kernels (stream order).
+            o_ws = torch.empty(self.workspace, dtype=torch.float32, device=q.device)
+            lse_ws = torch.empty(self.workspace[:-1], dtype=torch.float32, device=q.device)
+            o_partial, lse_partial = o_ws.data_ptr(), lse_ws.data_ptr()
+        self.plan.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                         0 if lse is None else lse.data_ptr(), current_stream_handle(q.device),
+                         0 if seqlens is None else seqlens.data_ptr(),
+                         0 if block_table is None else block_table.data_ptr(),
+                         o_partial, lse_partial)
+        return out, lse
 
 
 class CompiledKernel:
@@ -105,25 +170,12 @@ class CompiledKernel:
         Paged caches are [num_pages, page_size, Hkv, D] in "blhd" ([num_pages, Hkv, page_size,
         D] in "bhld") with `block_table` (int32 [B, max_pages]).
         """
-        if not self.split_kv:
-            raise InputError(f"{self.build.name} has no KV-cache entry (not a decode kernel)")
-        kb = logical_bhld(k_cache, layout)
-        qb = logical_bhld(q, layout)
-        pages, page_size, table_stride, cache_pages = 0, 0, 0, 0
-        if block_table is not None:
-            page_size = int(kb.shape[2])
-            pages = int(block_table.shape[1])
-            table_stride = int(block_table.stride(0))
-            cache_pages = int(kb.shape[0])
-        seqlen_k = pages * page_size if block_table is not None else int(kb.shape[2])
-        batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
-        problem = Problem(batch, heads_q, int(kb.shape[1]), seqlen_q, seqlen_k, head_dim,
-                          dtype_name(q.dtype), bool(self.config["causal"]))
+        problem, paging = self._kvcache_problem(q, k_cache, block_table, layout)
         return self._launch(problem, q, k_cache, v_cache, scale=scale, layout=layout, out=out,
                             lse=lse, return_lse=return_lse, num_splits=num_splits,
                             seqlens=cache_seqlens, block_table=block_table,
-                            page_size=page_size, table_stride=table_stride,
-                            cache_pages=cache_pages, cluster_combine=cluster_combine)
+                            page_size=paging.page_size, table_stride=paging.table_stride,
+                            cache_pages=paging.cache_pages, cluster_combine=cluster_combine)
 
     def _launch(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                 scale: float | None, layout: str, out: torch.Tensor | None,
@@ -133,6 +185,57 @@ class CompiledKernel:
                 cluster_combine: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
+        prepared = self.prepare(problem, q, k, v, scale=scale, layout=layout, out=out,
+                                 num_splits=num_splits, page_size=page_size,
+                                 table_stride=table_stride, cache_pages=cache_pages,
+                                 cluster_combine=cluster_combine)
+        if lse is not None and (tuple(lse.shape) != prepared.lse_shape
+                                or lse.dtype != torch.float32 or not lse.is_contiguous()
+                                or lse.device != q.device):
+            raise InputError(f"lse must be a contiguous float32 tensor of shape "
+                             f"{prepared.lse_shape}")
+        return prepared.run(q, k, v, out=out, lse=lse, return_lse=return_lse,
+                            seqlens=seqlens, block_table=block_table)
+
+    def prepare_kvcache(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                        block_table: torch.Tensor | None = None, scale: float | None = None,
+                        layout: str = "blhd", num_splits: int | None = None,
+                        cluster_combine: bool = True) -> PreparedLaunch:
+        """`with_kvcache`'s launch for this geometry (shapes, strides, page size, split count),
+        made once: calling it with tensors of that geometry checks nothing and launches."""
+        problem, paging = self._kvcache_problem(q, k_cache, block_table, layout)
+        return self.prepare(problem, q, k_cache, v_cache, scale=scale, layout=layout,
+                            num_splits=num_splits, page_size=paging.page_size,
+                            table_stride=paging.table_stride, cache_pages=paging.cache_pages,
+                            cluster_combine=cluster_combine)
+
+    def _kvcache_problem(self, q: torch.Tensor, k_cache: torch.Tensor,
+                         block_table: torch.Tensor | None, layout: str
+                         ) -> tuple[Problem, Paging]:
+        """The Problem a KV-cache call poses (seqlen_k: the cache's capacity per sequence) and
+        its paging arguments for the plan."""
+        if not self.split_kv:
+            raise InputError(f"{self.build.name} has no KV-cache entry (not a decode kernel)")
+        kb = logical_bhld(k_cache, layout)
+        qb = logical_bhld(q, layout)
+        paging = Paging()
+        seqlen_k = int(kb.shape[2])
+        if block_table is not None:
+            paging = Paging(int(kb.shape[2]), int(block_table.stride(0)), int(kb.shape[0]))
+            seqlen_k = int(block_table.shape[1]) * paging.page_size
+        batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
+        problem = Problem(batch, heads_q, int(kb.shape[1]), seqlen_q, seqlen_k, head_dim,
+                          dtype_name(q.dtype), bool(self.config["causal"]))
+        return problem, paging
+
+    def prepare(self, problem: Problem, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                scale: float | None, layout: str, out: torch.Tensor | None = None,
+                num_splits: int | None = None, page_size: int = 0, table_stride: int = 0,
+                cache_pages: int = 0, cluster_combine: bool = True) -> PreparedLaunch:
+        """The launch of `problem` for tensors of the geometry of these (`out`: the output's,
+        else q's shape in q's memory format), checked and planned once."""
+        import torch
+
         expected = {key: self.config[key] for key in problem.space_values()}
         if problem.space_values() != expected:
             raise InputError(f"problem {problem.describe()} does not match kernel {expected}")
@@ -140,16 +243,10 @@ class CompiledKernel:
             raise InputError(f"tensors are on {q.device}, this kernel is loaded on "
                              f"cuda:{self.device}")
         if out is None:
-            out = torch.empty_like(q)
+            out = torch.empty_like(q)  # the output's geometry: q's shape in q's memory format
         if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
             raise InputError(f"out must match q: {tuple(out.shape)} {out.dtype} vs "
                              f"{tuple(q.shape)} {q.dtype}")
-        lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
-        if return_lse and lse is None:
-            lse = torch.empty(lse_shape, device=q.device, dtype=torch.float32)
-        if lse is not None and (tuple(lse.shape) != lse_shape or lse.dtype != torch.float32
-                                or not lse.is_contiguous() or lse.device != q.device):
-            raise InputError(f"lse must be a contiguous float32 tensor of shape {lse_shape}")
         ops = [operand(name, logical_bhld(t, layout))
                for name, t in (("q", q), ("k", k), ("v", v), ("out", out))]
         scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
@@ -164,20 +261,11 @@ class CompiledKernel:
         plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
                          page_size=page_size, block_table_stride=table_stride,
                          cluster_combine=cluster_combine, cache_pages=cache_pages)
-        o_partial = lse_partial = None
+        lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
+        workspace = None
         if num_splits > 1 and not plan.cluster:  # a cluster reduces its splits in-kernel
-            rows = (num_splits, problem.batch, problem.heads_q, problem.seqlen_q)
-            o_partial = torch.empty((*rows, problem.head_dim), device=q.device,
-                                    dtype=torch.float32)
-            lse_partial = torch.empty(rows, device=q.device, dtype=torch.float32)
-        plan.launch(ops[0].ptr, ops[1].ptr, ops[2].ptr, ops[3].ptr,
-                    0 if lse is None else lse.data_ptr(),
-                    torch.cuda.current_stream(q.device).cuda_stream,
-                    0 if seqlens is None else seqlens.data_ptr(),
-                    0 if block_table is None else block_table.data_ptr(),
-                    0 if o_partial is None else o_partial.data_ptr(),
-                    0 if lse_partial is None else lse_partial.data_ptr())
-        return out, lse
+            workspace = (num_splits, *lse_shape, problem.head_dim)
+        return PreparedLaunch(plan, tuple(out.shape), tuple(out.stride()), lse_shape, workspace)
 
     def plan(self, problem: Problem, strides: Sequence[tuple[int, int, int]],
              scale: float, *, num_splits: int = 1, page_size: int = 0,

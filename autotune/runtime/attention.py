@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ..launch.kernel import PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
 from ..model.problem import Problem
 from ..model.space import families, load_space
@@ -63,10 +64,7 @@ class _Prepared:
     """Everything a repeated call needs: the launcher's plan and the output's geometry, or
     the torch SDPA backend that won this problem."""
 
-    launch: Any  # launcher Plan.launch(q, k, v, out, lse, stream); None for torch SDPA
-    out_shape: tuple[int, ...]
-    out_stride: tuple[int, ...]
-    lse_shape: tuple[int, int, int]
+    kernel: PreparedLaunch | None  # the tuned kernel's launch; None for torch SDPA
     sdpa: _SdpaRun | None = None
     miss: Any = None  # misses.Miss of a problem served without an exact tuned entry
 
@@ -301,24 +299,12 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _stream(device: torch.device) -> int:
-    import torch
-
-    return int(torch.cuda.current_stream(device).cuda_stream)
-
-
 def _run(prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          return_lse: bool) -> Any:
-    import torch
-
     if prepared.sdpa is not None:
         return prepared.sdpa(q, k, v, return_lse)
-    out = torch.empty_strided(prepared.out_shape, prepared.out_stride, dtype=q.dtype,
-                              device=q.device)
-    lse = (torch.empty(prepared.lse_shape, dtype=torch.float32, device=q.device)
-           if return_lse else None)
-    prepared.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                    lse.data_ptr() if lse is not None else 0, _stream(q.device))
+    assert prepared.kernel is not None
+    out, lse = prepared.kernel.run(q, k, v, return_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -336,9 +322,7 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
             backend = "default"  # a stored backend this torch refuses: torch's own choice
         run = _SdpaRun(backend, problem, causal, scale, layout, device_index)
-        lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
-        return _Prepared(None, tuple(q.shape), tuple(q.stride()), lse_shape, run,
-                         _miss(decision, problem, device_index)), ""
+        return _Prepared(None, run, _miss(decision, problem, device_index)), ""
     if decision.kernel is None:
         return None, decision.reason
     plan = _kernel_plan(decision, q, k, v, problem, scale, layout)
@@ -363,31 +347,9 @@ def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  problem: Problem, scale: float | None, layout: str) -> _Prepared:
-    import torch
-
     assert decision.kernel is not None
-    out = torch.empty_like(q)  # the output's geometry: q's shape, dense, in q's memory format
-    strides = [tuple(logical_bhld(t, layout).stride()[:3]) for t in (q, k, v, out)]
-    real_scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
-    splits = decision.kernel.num_splits  # a decode config's tuned KV split count, else 1
-    plan = decision.kernel.plan(problem, strides, real_scale,  # type: ignore[arg-type]
-                                num_splits=splits)
-    lse_shape = (problem.batch, problem.heads_q, problem.seqlen_q)
-    launch = plan.launch
-    if splits > 1 and not plan.cluster:  # a cluster reduces its splits in-kernel
-        # The split workspaces come from the caching allocator on the caller's stream, so a
-        # later call reuses them only after this launch's kernels (stream order).
-        rows = (splits, *lse_shape)
-        device = q.device
-
-        def launch(q: int, k: int, v: int, o: int, lse: int, stream: int) -> None:
-            o_partial = torch.empty((*rows, problem.head_dim), dtype=torch.float32,
-                                    device=device)
-            lse_partial = torch.empty(rows, dtype=torch.float32, device=device)
-            plan.launch(q, k, v, o, lse, stream, 0, 0, o_partial.data_ptr(),
-                        lse_partial.data_ptr())
-
-    return _Prepared(launch, tuple(out.shape), tuple(out.stride()), lse_shape)
+    # A decode config launches with its tuned KV split count (its own), any other with 1.
+    return _Prepared(decision.kernel.prepare(problem, q, k, v, scale=scale, layout=layout))
 
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

@@ -23,8 +23,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..build.obtain import obtain
-from ..launch.kernel import CompiledKernel
-from ..launch.tensors import LAYOUTS, InputError, dtype_name, logical_bhld
+from ..launch.kernel import CompiledKernel, PreparedLaunch
+from ..launch.tensors import ALIGN_BYTES, LAYOUTS, InputError, dtype_name, logical_bhld
 from ..model.config import Config
 from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
@@ -41,6 +41,10 @@ MAX_SPLITS = 128
 
 _kernels: dict[tuple[str, int], CompiledKernel] = {}
 _resolved: dict[tuple[Any, ...], tuple[CompiledKernel, int]] = {}
+# The geometry of every tensor argument and the flags -> the launch made for them. Filled on
+# the first call of each geometry; a later call checks pointer alignment and launches (at B=1
+# the kernel runs for ~20 us: the host work of a call must stay well under that).
+_prepared: dict[tuple[Any, ...], PreparedLaunch] = {}
 _sm_counts: dict[int, int] = {}
 _lock = threading.Lock()
 
@@ -234,14 +238,36 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return (out, lse) if return_lse else out
 
 
+def _geometry(t: torch.Tensor | None) -> tuple[Any, ...] | None:
+    """What of a tensor argument a prepared launch depends on (AttributeError: no tensor)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
 def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
-                           k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
-                           cache_seqlens: torch.Tensor | None = None,
-                           block_table: torch.Tensor | None = None, causal: bool = False,
-                           scale: float | None = None, return_lse: bool = False,
-                           layout: str = "blhd", num_splits: int | None = None,
-                           config: Config | None = None
-                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
+                        cache_seqlens: torch.Tensor | None = None,
+                        block_table: torch.Tensor | None = None, causal: bool = False,
+                        scale: float | None = None, return_lse: bool = False,
+                        layout: str = "blhd", num_splits: int | None = None,
+                        config: Config | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    from .attention import dispatcher
+
+    try:
+        key = (_geometry(q), _geometry(k_cache), _geometry(v_cache), _geometry(k_new),
+               _geometry(v_new), _geometry(cache_seqlens), _geometry(block_table), causal,
+               scale, layout, num_splits, config, dispatcher())
+        prepared = _prepared.get(key)
+    except (AttributeError, TypeError):  # not tensors: _check below says which
+        key, prepared = None, None
+    # A hit stands for arguments checked when it was made (the key pins every shape, stride,
+    # dtype and device); only what the key does not pin is checked again.
+    if prepared is not None and (causal is True or causal is False) \
+            and (return_lse is True or return_lse is False) \
+            and (num_splits is None or type(num_splits) is int) \
+            and not (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) % ALIGN_BYTES:
+        return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens,
+                       block_table, return_lse, layout)
     _check(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
     if q.device.type != "cuda":
         raise InputError(f"attention_with_kvcache runs on a CUDA device; q is on {q.device}")
@@ -250,6 +276,8 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if scale is not None and not (isinstance(scale, int | float) and math.isfinite(scale)
                                   and scale > 0):
         raise InputError(f"scale must be a finite number > 0, got {scale!r}")
+    if not isinstance(return_lse, bool):
+        raise InputError(f"return_lse must be a bool, got {return_lse!r}")
     qb = logical_bhld(q, layout)
     batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
     kb = logical_bhld(k_cache, layout)
@@ -263,13 +291,25 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
                       dtype_name(q.dtype), causal, kind)
     kernel, splits = _resolve(problem, q.device.index or 0, config)
+    prepared = kernel.prepare_kvcache(q, k_cache, v_cache, block_table=block_table, scale=scale,
+                                      layout=layout,
+                                      num_splits=splits if num_splits is None else num_splits)
+    if key is not None:
+        _prepared[key] = prepared
+    return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                   return_lse, layout)
+
+
+def _attend(prepared: PreparedLaunch, q: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+            cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
+            return_lse: bool, layout: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The append, if any, then the prepared launch (arguments already checked)."""
     if k_new is not None and v_new is not None and cache_seqlens is not None:
         cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
                                 layout)
-    return kernel.with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
-                               block_table=block_table, scale=scale, layout=layout,
-                               return_lse=return_lse,
-                               num_splits=splits if num_splits is None else num_splits)
+    return prepared.run(q, k_cache, v_cache, return_lse=return_lse, seqlens=cache_seqlens,
+                        block_table=block_table)
 
 
 def _resolve(problem: Problem, device: int, config: Config | None

@@ -181,3 +181,41 @@ def test_torch_compile_with_the_append() -> None:
 
     out, lse = step(inputs.q, inputs.k_new, inputs.v_new)
     _check(out, lse, inputs, case, inputs.cache_seqlens + 1)
+
+
+def test_a_repeated_geometry_launches_on_each_calls_own_tensors() -> None:
+    """The second call of a geometry takes the launch prepared by the first (no checks, no
+    plan): it must read that call's tensors (new data, new lengths, a new block table), give
+    the LSE only when asked, and still refuse what the key does not pin."""
+    from autotune.launch.tensors import InputError
+    from autotune.runtime import kvcache
+
+    config = _config(128, "bf16", False, 16, 64, 4, 3, True).replace(num_splits=4)
+    first = KVCase.make(batch=3, heads_q=16, heads_kv=2, seqlen_q=1, capacity=512,
+                        lengths=(5, 333, 0), page_size=16)
+    second = KVCase.make(batch=3, heads_q=16, heads_kv=2, seqlen_q=1, capacity=512,
+                         lengths=(512, 17, 200), page_size=16)
+
+    def call(inputs: Any, **kw: Any) -> Any:
+        return attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
+                                      cache_seqlens=inputs.cache_seqlens,
+                                      block_table=inputs.block_table, config=config, **kw)
+
+    a = make_kv_inputs(first, "cuda", 21)
+    out, lse = call(a, return_lse=True)
+    _check(out, lse, a, first, a.cache_seqlens)
+    prepared = len(kvcache._prepared)
+    b = make_kv_inputs(second, "cuda", 22)
+    out, lse = call(b, return_lse=True)
+    _check(out, lse, b, second, b.cache_seqlens)
+    out = call(b)
+    assert isinstance(out, torch.Tensor)
+    _check(out, None, b, second, b.cache_seqlens)
+    assert len(kvcache._prepared) == prepared  # both were hits
+    with pytest.raises(InputError, match="causal"):
+        call(b, causal=1)
+    with pytest.raises(InputError, match="aligned"):  # q one element into its buffer
+        q = torch.empty(b.q.numel() + 1, dtype=b.q.dtype, device="cuda")[1:].view(b.q.shape)
+        attention_with_kvcache(q.copy_(b.q), b.k_cache, b.v_cache,
+                               cache_seqlens=b.cache_seqlens, block_table=b.block_table,
+                               config=config)

@@ -166,15 +166,16 @@ def test_a_plain_config_is_checked_once_where_it_enters_the_build(
 # -- the first attention() call ---------------------------------------------------------------
 
 class FakeKernel:
-    """A loaded kernel without a GPU: its launch plan launches nothing."""
+    """A loaded kernel without a GPU: its prepared launch launches nothing."""
 
     num_splits = 1
 
     def __init__(self, build: Any, device: int = 0) -> None:
         self.config = build.config
 
-    def plan(self, problem: Problem, strides: Any, scale: float, *, num_splits: int = 1) -> Any:
-        return SimpleNamespace(launch=lambda *addresses: None)
+    def prepare(self, problem: Problem, q: Any, k: Any, v: Any, *, scale: float | None,
+                layout: str) -> Any:
+        return SimpleNamespace(run=lambda *tensors, **kw: None)
 
 
 @pytest.fixture
@@ -209,7 +210,7 @@ def test_the_first_attention_call_checks_each_config_once_where_it_enters(
         checks: Checks, first_call: Callable[[], Any], fake_nvcc: list[list[str]]) -> None:
     with checks:
         prepared = first_call()
-    assert prepared.launch is not None and len(fake_nvcc) == 1  # decided, compiled, planned
+    assert prepared.kernel is not None and len(fake_nvcc) == 1  # decided, compiled, planned
     decision = attention_module.dispatcher().decide(P, 0)
     assert decision.path == "exact" and isinstance(decision.config, ValidConfig)
     later = {asker: n for asker, n in checks.domain.items() if not asker.startswith(ENTRIES)}
