@@ -98,7 +98,8 @@
 #                                              # commit's package (.c90pack/old_tree.tgz) and
 #                                              # with this tree's, the decode GPU tests, then
 #                                              # benchmarks/configs/decode_lq1_retune.toml tuned
-#                                              # with decode90 beside SDPA (.tuning carried)
+#                                              # with decode90 beside SDPA (.tuning carried;
+#                                              # OLD=0: no last-commit run)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -805,10 +806,12 @@ decodekv)
   ;;
 hostlq1)
   f=$OUT/hostlq1; mkdir -p "$f" .tuning /tmp/old; unpack_cubins; t0=$(date +%s)
-  tar xzf .c90pack/old_tree.tgz -C /tmp/old
-  PYTHONPATH=/tmp/site:/tmp/old timeout 150 python3 benchmarks/host_overhead.py --decode \
-    --calls 1000 --rounds 5 --json "$f/host_decode_old.json" > "$f/host_decode_old.txt" 2>&1
-  echo "old rc $? at $(( $(date +%s) - t0 )) s"
+  if [ "${OLD:-1}" = 1 ]; then
+    tar xzf .c90pack/old_tree.tgz -C /tmp/old
+    PYTHONPATH=/tmp/site:/tmp/old timeout 150 python3 benchmarks/host_overhead.py --decode \
+      --calls 1000 --rounds 5 --json "$f/host_decode_old.json" > "$f/host_decode_old.txt" 2>&1
+    echo "old rc $? at $(( $(date +%s) - t0 )) s"
+  fi
   timeout 150 python3 benchmarks/host_overhead.py --decode --calls 1000 --rounds 5 \
     --json "$f/host_decode_new.json" > "$f/host_decode_new.txt" 2>&1
   echo "new rc $? at $(( $(date +%s) - t0 )) s"

@@ -88,11 +88,14 @@ class PreparedLaunch:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         o_partial = lse_partial = 0
         if self.workspace is not None:
-            # From the caching allocator on the caller's stream: a later call reuses them only
-            # after this launch's kernels (stream order).
-            o_ws = torch.empty(self.workspace, dtype=torch.float32, device=q.device)
-            lse_ws = torch.empty(self.workspace[:-1], dtype=torch.float32, device=q.device)
-            o_partial, lse_partial = o_ws.data_ptr(), lse_ws.data_ptr()
+            # One allocation for both (fp32 O, then the LSE after it: 16-byte aligned, as D is a
+            # multiple of 4), from the caching allocator on the caller's stream: a later call
+            # reuses it only after this launch's kernels (stream order).
+            o_elems = math.prod(self.workspace)
+            rows = o_elems // self.workspace[-1]
+            buffer = torch.empty(o_elems + rows, dtype=torch.float32, device=q.device)
+            o_partial = buffer.data_ptr()
+            lse_partial = o_partial + 4 * o_elems
         self.plan.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                          0 if lse is None else lse.data_ptr(), current_stream_handle(q.device),
                          0 if seqlens is None else seqlens.data_ptr(),

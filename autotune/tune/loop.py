@@ -124,7 +124,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
     space = load_space(family)
     device, target = backend.device(), backend.target()
     fixed: dict[str, Value] = problem.space_values()
-    study = Study(name, store.url, sampler_for(settings), space, fixed)
+    swept = [p.name for p in space.launch_params] if settings.sweep_launch else []
+    study = Study(name, store.url, sampler_for(settings, swept), space, fixed)
     study.settle_abandoned(store, device, problem)
     by_digest = {c.digest: c for c in space.valid_configs(target, fixed)}
     valid = set(by_digest)

@@ -40,8 +40,10 @@ class Strategy(Protocol):
         ...
 
 
-def sampler_for(settings: SearchSettings) -> Any:
-    """The Optuna sampler behind the study of `settings.sampler`."""
+def sampler_for(settings: SearchSettings, launch_params: Iterable[str] = ()) -> Any:
+    """The Optuna sampler behind the study of `settings.sampler`. `launch_params`: the
+    parameters a build sweeps (every value timed on it, each a complete trial), which TPE's
+    random start then counts in builds, not trials."""
     import optuna
 
     # "grid" is a random sampler behind a queue holding every valid config (GridSearch), which
@@ -52,11 +54,95 @@ def sampler_for(settings: SearchSettings) -> Any:
     # Configs of a batch are proposed before any of them is timed: the constant liar makes TPE
     # treat the pending ones as bad, so a batch spreads out instead of repeating one guess.
     # `group` models conditional structure within a family's space.
+    # A family without launch values has a trial per build: Optuna's own random start.
+    launch_params = tuple(launch_params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, group=True,
-                                          constant_liar=True,
-                                          n_startup_trials=settings.tpe_startup)
+        tpe = optuna.samplers.TPESampler(
+            seed=settings.seed, multivariate=True, group=True, constant_liar=True,
+            n_startup_trials=0 if launch_params else settings.tpe_startup)
+    if not launch_params:
+        return tpe
+    return BuildStartupSampler(tpe, optuna.samplers.RandomSampler(seed=settings.seed),
+                               settings.tpe_startup, launch_params, settings.seed)
+
+
+class BuildStartupSampler:
+    """TPE once `startup` builds were measured; before that, each build parameter takes one of
+    its values the measured builds (and pruned or pending proposals) have least often, at
+    random among those, so the first builds cover every value of every parameter.
+
+    Optuna's own `n_startup_trials` counts trials, and a swept build is one trial per launch
+    value: on the H200 (2026-12-02) the first build's 7 split counts ended the random start,
+    TPE modelled the space from that one build, and decode90's searches of 7 Lq=1 problems
+    never tried a 64-row tile (the bench's winner there). A sampler in Optuna's sense (the
+    calls its studies make), built from two."""
+
+    def __init__(self, tpe: Any, random: Any, startup: int, launch_params: tuple[str, ...],
+                 seed: int | None = None) -> None:
+        import numpy
+
+        self._tpe, self._random = tpe, random
+        self._rng = numpy.random.default_rng(seed)
+        self.startup, self.launch_params = startup, launch_params
+
+    def measured_builds(self, study: Any) -> list[dict[str, Any]]:
+        """The build parameters of the study's complete trials, each build once."""
+        import optuna
+
+        trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        builds = {tuple(sorted((k, repr(v)) for k, v in t.params.items()
+                               if k not in self.launch_params)): t.params for t in trials}
+        return [{k: v for k, v in params.items() if k not in self.launch_params}
+                for params in builds.values()]
+
+    def _starting(self, study: Any) -> bool:
+        return len(self.measured_builds(study)) < self.startup
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        if self._starting(study):
+            return {}
+        space: dict[str, Any] = self._tpe.infer_relative_search_space(study, trial)
+        return space
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]
+                        ) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        params: dict[str, Any] = self._tpe.sample_relative(study, trial, search_space)
+        return params
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str,
+                           param_distribution: Any) -> Any:
+        if not self._starting(study):
+            return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+        from optuna.trial import TrialState
+
+        choices = getattr(param_distribution, "choices", None)
+        if param_name in self.launch_params or choices is None:
+            return self._random.sample_independent(study, trial, param_name,
+                                                   param_distribution)
+        # Pruned proposals count too (a value whose rarest pairing is invalid moves on), and
+        # so do the batch's proposals not yet timed (a batch spreads out).
+        others = study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.RUNNING))
+        seen = [build.get(param_name) for build in self.measured_builds(study)]
+        seen += [t.params.get(param_name) for t in others if t.number != trial.number]
+        counts = [sum(1 for value in seen if value == choice) for choice in choices]
+        rarest = [c for c, n in zip(choices, counts, strict=True) if n == min(counts)]
+        return rarest[int(self._rng.integers(len(rarest)))]
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self._tpe.before_trial(study, trial)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self._tpe.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        import numpy
+
+        self._tpe.reseed_rng()
+        self._random.reseed_rng()
+        self._rng = numpy.random.default_rng()
 
 
 class SamplerSearch:
