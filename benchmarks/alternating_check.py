@@ -42,7 +42,8 @@ def _sdpa(q: Any, k: Any, v: Any, causal: bool, backend: str | None) -> Callable
     return call
 
 
-def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str, Any]:
+def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
+                spin_cycles: int = 100_000) -> dict[str, Any]:
     """Median microseconds per callable: ours (`attention`), SDPA's default, SDPA's backends."""
     import torch
 
@@ -73,7 +74,7 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str,
     for i in range(warmup + calls):
         for name, fn in fns.items():
             scratch.zero_()
-            torch.cuda._sleep(100_000)
+            torch.cuda._sleep(spin_cycles)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -85,7 +86,9 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10) -> dict[str,
     medians = {name: statistics.median([s.elapsed_time(e) * 1e3 for s, e in pairs])
                for name, pairs in times.items()}
     ours = medians["ours"]
+    decision = autotune.explain(q, k, v, causal=causal)
     return {"shape": problem.describe(), "problem": problem.as_dict(), "calls": calls,
+            "dispatch": decision.config.to_json() if decision.config else decision.path,
             "median_us": medians, "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
             "regret": ours / min(medians.values())}
 
@@ -99,17 +102,20 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", required=True)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--json")
+    parser.add_argument("--spin-cycles", type=int, default=100_000,
+                        help="GPU spin before each call (100000: ~50 us); more where a call's "
+                             "host work is longer (a decode call's)")
     args = parser.parse_args()
     autotune.configure(db=args.db)
     rows = []
     for name in args.shapes:
         for problem in load_shape_set(name):
-            row = alternating(problem, calls=args.calls)
+            row = alternating(problem, calls=args.calls, spin_cycles=args.spin_cycles)
             rows.append(row)
             times = row["median_us"]
             print(f"{row['shape']:<40} ours {times['ours']:9.1f} us  SDPA "
                   f"{times['sdpa_default']:9.1f} us  {row['speedup_vs_sdpa_default']:.3f}x"
-                  f"  regret {row['regret']:.3f}", flush=True)
+                  f"  regret {row['regret']:.3f}  {row['dispatch'][:60]}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows}, f, indent=1)

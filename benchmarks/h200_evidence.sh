@@ -99,7 +99,9 @@
 #                                              # with this tree's, the decode GPU tests, then
 #                                              # benchmarks/configs/decode_lq1_retune.toml tuned
 #                                              # with decode90 beside SDPA (.tuning carried;
-#                                              # OLD=0: no last-commit run)
+#                                              # OLD=0: no last-commit run; ALT=1: attention()
+#                                              # from db/h200.json against SDPA alternated;
+#                                              # TESTS=0, HOST=0: no GPU tests, no host cost)
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
@@ -732,7 +734,7 @@ decode90)
   [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
     --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
   echo "compiled at $(( $(date +%s) - t0 )) s"
-  timeout "${TESTS_S:-200}" python3 -m pytest ${TESTS:-tests/gpu/test_decode90_gpu.py \
+  [ "${TESTS:-1}" = 1 ] && timeout "${TESTS_S:-200}" python3 -m pytest ${TESTS:-tests/gpu/test_decode90_gpu.py \
     tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py} -q -rfE \
     > "$f/pytest_decode_gpu.txt" 2>&1
   echo "pytest rc $? at $(( $(date +%s) - t0 )) s"; tail -n 4 "$f/pytest_decode_gpu.txt"
@@ -812,12 +814,22 @@ hostlq1)
       --calls 1000 --rounds 5 --json "$f/host_decode_old.json" > "$f/host_decode_old.txt" 2>&1
     echo "old rc $? at $(( $(date +%s) - t0 )) s"
   fi
-  timeout 150 python3 benchmarks/host_overhead.py --decode --calls 1000 --rounds 5 \
-    --json "$f/host_decode_new.json" > "$f/host_decode_new.txt" 2>&1
-  echo "new rc $? at $(( $(date +%s) - t0 )) s"
-  timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode_gpu.py \
-    tests/gpu/test_decode90_gpu.py tests/gpu/test_timing_gpu.py > "$f/pytest_decode.txt" 2>&1
-  echo "tests rc $? at $(( $(date +%s) - t0 )) s"
+  if [ "${HOST:-1}" = 1 ]; then
+    timeout 150 python3 benchmarks/host_overhead.py --decode --calls 1000 --rounds 5 \
+      --json "$f/host_decode_new.json" > "$f/host_decode_new.txt" 2>&1
+    echo "new rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode_gpu.py \
+      tests/gpu/test_decode90_gpu.py tests/gpu/test_timing_gpu.py > "$f/pytest_decode.txt" 2>&1
+    echo "tests rc $? at $(( $(date +%s) - t0 )) s"
+  fi
+  if [ "${ALT:-0}" = 1 ]; then  # attention() from db/h200.json against SDPA, plainly alternated
+    timeout 150 python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
+      --shapes benchmarks/configs/decode_lq1_retune.toml --spin-cycles 400000 \
+      --json "$f/alternating_lq1.json" > "$f/alternating_lq1.txt" 2>&1
+    echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating_lq1.txt"
+  fi
   left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
   if [ "$left" -gt 40 ]; then
     python3 -m autotune.cli tune --shapes benchmarks/configs/decode_lq1_retune.toml \
@@ -826,7 +838,8 @@ hostlq1)
       > "$f/tune_lq1_$t0.txt" 2>&1; echo "tune rc $? at $(( $(date +%s) - t0 )) s"
   fi
   copy_db .tuning/h200.db "$f/h200.db"
-  grep -E "issue|Lk" "$f"/host_decode_*.txt | cut -c1-120; tail -n 3 "$f/pytest_decode.txt"
+  grep -E "issue|Lk" "$f"/host_decode_*.txt 2>/dev/null | cut -c1-120
+  tail -n 3 "$f/pytest_decode.txt" 2>/dev/null
   tail -n 20 "$f"/tune_lq1_*.txt 2>/dev/null | cut -c1-160
   tar czf "$OUT/hostlq1.tgz" -C "$OUT" hostlq1
   ;;
