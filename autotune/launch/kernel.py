@@ -188,6 +188,8 @@ class CompiledKernel:
                 cluster_combine: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
+        if out is None:  # one allocation: its geometry is the plan's, its memory the output
+            out = torch.empty_like(q)
         prepared = self.prepare(problem, q, k, v, scale=scale, layout=layout, out=out,
                                  num_splits=num_splits, page_size=page_size,
                                  table_stride=table_stride, cache_pages=cache_pages,

@@ -52,6 +52,7 @@ class Unsupported(RuntimeError):
 
 
 _dispatcher: Dispatcher | None = None
+_generation = 0
 _recorder: MissRecorder | None = None
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -134,16 +135,24 @@ def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
     runs the kernels' built-in defaults on problems nobody tuned even where no kernel was
     measured faster than torch SDPA (default "measured": SDPA there;
     $CUTE_AUTOTUNE_UNTUNED)."""
-    global _dispatcher, _recorder
+    global _dispatcher, _recorder, _generation
     made = _new_dispatcher(db, compile_on_miss, use_shipped, untuned)
     with _lock:
         _dispatcher = made
+        _generation += 1
         _prepared.clear()
         _fallback_misses.clear()
         old, _recorder = _recorder, None
     if old is not None:
         old.close()  # the counts so far go to the database they were counted for
     return made
+
+
+def generation() -> int:
+    """How many times `configure` replaced the dispatcher: what memos of its decisions kept
+    elsewhere key on (a number, not the dispatcher, so an old one and its database engine are
+    not kept alive)."""
+    return _generation
 
 
 def recorder() -> MissRecorder:

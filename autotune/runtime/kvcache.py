@@ -251,12 +251,12 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         layout: str = "blhd", num_splits: int | None = None,
                         config: Config | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    from .attention import dispatcher
+    from .attention import generation
 
     try:
         key = (_geometry(q), _geometry(k_cache), _geometry(v_cache), _geometry(k_new),
                _geometry(v_new), _geometry(cache_seqlens), _geometry(block_table), causal,
-               scale, layout, num_splits, config, dispatcher())
+               scale, layout, num_splits, config, generation())
         prepared = _prepared.get(key)
     except (AttributeError, TypeError):  # not tensors: _check below says which
         key, prepared = None, None
@@ -316,11 +316,12 @@ def _resolve(problem: Problem, device: int, config: Config | None
              ) -> tuple[CompiledKernel, int]:
     """The kernel for a KV-cache problem and the split count of a call that gives none: the
     config given (its own count), else the tuned one (`decode_choice`, its own count), else the
-    family's default (the untuned rule). Made once per (problem, device, config, dispatcher),
-    so a repeated call does no lookup, validation or database visit."""
-    from .attention import dispatcher
+    family's default (the untuned rule). Made once per (problem, device, config) and
+    dispatcher (`configure` makes a new one), so a repeated call does no lookup, validation or
+    database visit."""
+    from .attention import generation
 
-    key = (problem, device, config, dispatcher())
+    key = (problem, device, config, generation())
     hit = _resolved.get(key)
     if hit is not None:
         return hit

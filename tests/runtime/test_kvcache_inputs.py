@@ -133,3 +133,38 @@ def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
     both = d.tuned_config(problem, 0, ("decode", "decode90"))
     assert both is not None and both[0] == decode90 and "decode or decode90" in both[1]
     assert d.tuned_config(other, 0, ("decode90",)) is None  # no decode90 best nearby
+
+
+def test_configure_makes_the_kernel_choice_again_and_lets_the_old_dispatcher_go(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-problem kernel choice of attention_with_kvcache (and its prepared launches) is
+    made again under a new dispatcher, and its memo holds no reference that would keep the old
+    dispatcher (and its database engine) alive."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from autotune.model.problem import Problem
+    from autotune.runtime import attention as attention_module
+    from autotune.runtime import kvcache
+
+    made: list[Any] = []
+    monkeypatch.setattr(kvcache, "decode_choice", lambda problem, device: None)
+    monkeypatch.setattr(kvcache, "decode_kernel", lambda config, **kw: made.append(1)
+                        or SimpleNamespace(num_splits=1, pack_gqa=True, block_m=16,
+                                           block_n=64, device=0))
+    monkeypatch.setattr(kvcache, "_sm_count", lambda device: 132)
+    problem = Problem(1, 32, 8, 1, 8192, 128, "bf16", False)
+    attention_module.configure(db=f"sqlite:///{tmp_path}/a.db", use_shipped=False)
+    try:
+        old = weakref.ref(attention_module.dispatcher())
+        kvcache._resolve(problem, 0, None)
+        kvcache._resolve(problem, 0, None)
+        assert len(made) == 1
+        attention_module.configure(db=f"sqlite:///{tmp_path}/b.db", use_shipped=False)
+        kvcache._resolve(problem, 0, None)
+        assert len(made) == 2
+        gc.collect()
+        assert old() is None
+    finally:
+        attention_module.configure()
