@@ -29,6 +29,7 @@ from ..model.config import Config
 from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
+from .attention import dispatcher, generation
 
 if TYPE_CHECKING:
     import torch
@@ -137,8 +138,6 @@ def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
     its cache kind, else that of the nearest tuned problem of its cache kind, else the same for
     the cache held dense); None: the decode family's default. The problem's seqlen_k is the
     cache's capacity per sequence."""
-    from .attention import dispatcher
-
     cc = target_for_device(device).cc
     families = tuple(f for f in SPLIT_KV_FAMILIES
                      if load_space(f).supports(cc) and load_space(f).reads(problem.kv_cache))
@@ -251,8 +250,6 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         layout: str = "blhd", num_splits: int | None = None,
                         config: Config | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    from .attention import generation
-
     try:
         key = (_geometry(q), _geometry(k_cache), _geometry(v_cache), _geometry(k_new),
                _geometry(v_new), _geometry(cache_seqlens), _geometry(block_table), causal,
@@ -319,8 +316,6 @@ def _resolve(problem: Problem, device: int, config: Config | None
     family's default (the untuned rule). Made once per (problem, device, config) and
     dispatcher (`configure` makes a new one), so a repeated call does no lookup, validation or
     database visit."""
-    from .attention import generation
-
     key = (problem, device, config, generation())
     hit = _resolved.get(key)
     if hit is not None:
