@@ -64,11 +64,13 @@ CANDIDATES = [(32, 64, 4, 3, True), (16, 64, 4, 3, True), (16, 32, 2, 3, True),
               (16, 32, 2, 3, False)]
 
 
-# (block_m, block_n, consumer_wgs, kv_stages, overlap) of decode90: one or two warpgroup tiles
-# of packed rows, the deepest rings that fit shared memory.
-CANDIDATES_90 = [(128, 128, 2, 3, True), (128, 128, 2, 2, True), (128, 64, 2, 4, True),
-                 (128, 128, 2, 3, False), (64, 128, 1, 3, True), (64, 128, 1, 4, True),
-                 (64, 64, 1, 4, True), (64, 128, 1, 3, False)]
+# (block_m, block_n, consumer_wgs, kv_stages, overlap, ctas_per_sm) of decode90: one or two
+# warpgroup tiles of packed rows, the deepest rings that fit shared memory, and the one-warpgroup
+# tiles small enough for two CTAs per SM.
+CANDIDATES_90 = [(128, 128, 2, 3, True, 1), (128, 128, 2, 2, True, 1), (128, 64, 2, 4, True, 1),
+                 (128, 128, 2, 3, False, 1), (64, 128, 1, 3, True, 1), (64, 128, 1, 4, True, 1),
+                 (64, 64, 1, 4, True, 1), (64, 128, 1, 3, False, 1), (64, 64, 1, 2, True, 2),
+                 (64, 64, 1, 2, False, 2)]
 FAMILIES = ["decode", "decode90"]  # --families
 PAGE_SIZES = (16, 64)  # the paged rows of the PAGED problems (--paged)
 
@@ -94,8 +96,8 @@ def configs_for_decode90(problem: Problem) -> list[Config]:
     rows = problem.seqlen_q * problem.group_size
     fixed = {**problem.space_values(), "num_splits": 1}
     return [c for c in load_space("decode90").valid_configs(_target(), fixed)
-            if (c["block_m"], c["block_n"], c["consumer_wgs"], c["kv_stages"], c["overlap"])
-            in CANDIDATES_90 and (c["block_m"] == 64 or rows >= 96)]
+            if (c["block_m"], c["block_n"], c["consumer_wgs"], c["kv_stages"], c["overlap"],
+                c["ctas_per_sm"]) in CANDIDATES_90 and (c["block_m"] == 64 or rows >= 96)]
 
 
 def configs_for_decode(problem: Problem, wide: bool) -> list[Config]:

@@ -50,6 +50,9 @@ class Param:
     cpp: tuple[tuple[str, str], ...] = ()  # enum value -> C++ spelling (strings only)
     labels: tuple[tuple[str, str], ...] = ()  # value -> short label used in config names
     doc: str = ""
+    # What a config stored before this parameter existed meant (the space file's `default`): such
+    # a config reads as having this value. None: the parameter is required.
+    default: Value | None = None
 
     def cpp_literal(self, value: Value) -> str:
         """The C++ spelling of an allowed value. Only whitelisted values ever get here."""
@@ -148,6 +151,7 @@ class Space:
                     cpp=tuple((str(k), str(v)) for k, v in spec.get("cpp", {}).items()),
                     labels=tuple((str(k), str(v)) for k, v in spec.get("name", {}).items()),
                     doc=spec.get("doc", ""),
+                    default=spec.get("default"),
                 )
                 for name, spec in data["params"].items()
             ]
@@ -175,6 +179,9 @@ class Space:
         for p in params:
             if p.role not in (PROBLEM, TUNABLE, LAUNCH):
                 raise ValueError(f"{source}: parameter {p.name} has unknown role {p.role!r}")
+            if p.default is not None and not _same_kind(p.default, p.values):
+                raise ValueError(f"{source}: parameter {p.name}'s default {p.default!r} is not "
+                                 f"one of {list(p.values)}")
         self._check_expressions()
 
     def _check_expressions(self) -> None:
@@ -261,10 +268,21 @@ class Space:
         """
         if isinstance(config, ValidConfig) and config.space is self:
             return config
+        config = self._with_defaults(config)
         reasons = self._domain_reasons(config)
         if reasons:
             raise InvalidConfig(reasons, config)
         return ValidConfig._accepted(config, self)
+
+    def _with_defaults(self, config: Config) -> Config:
+        """`config` with the parameters added to the family after it was stored, at the
+        value that config meant (each such parameter's `default`)."""
+        given = dict(config.values)
+        missing = {p.name: p.default for p in self.params.values()
+                   if p.name not in given and p.default is not None}
+        if not missing or config.family != self.family:
+            return config
+        return Config.make(config.family, {**given, **missing})
 
     def _domain_reasons(self, config: Config) -> list[str]:
         """Why `config` is not in this space's domain (empty when it is): the one check."""

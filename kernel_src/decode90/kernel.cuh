@@ -531,9 +531,15 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
 
 // The split attention with its LaunchInfo, the in-cluster combine's mark
 // (launcher/cluster_combine.h), and the decode family's combine.
+// The entry is CUTE_AUTOTUNE_ENTRY's with the traits' CTAs per SM as the launch bounds' minimum.
 #define CUTE_AUTOTUNE_DECODE90_ENTRY(TRAITS)                                                   \
-  CUTE_AUTOTUNE_ENTRY(TRAITS, cute_autotune::TmaFwdParams, 1024,                              \
-                      cute_autotune::decode90::decode_tile<TRAITS>)                            \
+  extern "C" __constant__ cute_autotune::LaunchInfo cute_autotune_fwd_info =                  \
+      TRAITS::launch_info();                                                                   \
+  extern "C" __global__ void __launch_bounds__(TRAITS::kNThreads, TRAITS::kCtasPerSm)          \
+      cute_autotune_fwd(const __grid_constant__ cute_autotune::TmaFwdParams params) {          \
+    extern __shared__ __align__(1024) char smem[];                                             \
+    cute_autotune::decode90::decode_tile<TRAITS>(params, smem);                                \
+  }                                                                                            \
   extern "C" __constant__ int cute_autotune_cluster_combine = cute_autotune::kMaxClusterSplits; \
   extern "C" __global__ void __launch_bounds__(32 * cute_autotune::kCombineWarps)             \
       cute_autotune_combine(const __grid_constant__ cute_autotune::FwdParams params) {         \

@@ -22,7 +22,7 @@ using namespace cute;
 inline constexpr int kProducerRegs = 40;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
-          bool kOverlap_, typename Element_, bool kCausal_>
+          bool kOverlap_, typename Element_, bool kCausal_, int kCtasPerSm_ = 1>
 struct Decode90Traits
     : sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_, kProducerRegs,
                       kOverlap_, /*pingpong=*/false, /*persistent=*/false, Element_, kCausal_> {
@@ -30,6 +30,21 @@ struct Decode90Traits
                                kProducerRegs, kOverlap_, false, false, Element_, kCausal_>;
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128, "head_dim must be 64 or 128");
   static_assert(kBlockN_ == 64 || kBlockN_ == 128, "block_n must be 64 or 128");
+  // CTAs per SM (the entry's launch bounds). Two: each CTA gets half the register file, so
+  // ptxas compiles for 128 registers a thread and setmaxnreg moves the producer's spare ones
+  // to the one consumer warpgroup (216 at a producer's 40). Two CTAs of one consumer
+  // warpgroup each overlap one's serial S -> softmax -> P V chain and pipeline ramp with the
+  // other's, where one CTA of two warpgroups would have to share rows or keys.
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  static_assert(kCtasPerSm == 1 || kCtasPerSm == 2, "ctas_per_sm must be 1 or 2");
+  static_assert(kCtasPerSm == 1 || kConsumerWGs_ == 1,
+                "two CTAs per SM need one consumer warpgroup each");
+  static_assert(kCtasPerSm * (Base::kSmemBytes + 1024) <= 233472,
+                "ctas_per_sm CTAs of this shared memory exceed an SM's 228 KB");
+  static constexpr int kConsumerRegs =
+      kCtasPerSm == 1 ? Base::kConsumerRegs
+                      : ((65536 / 128 / kCtasPerSm - kProducerRegs) / kConsumerWGs_) / 8 * 8;
+
   // Q is gathered by the consumers (its packed rows are no box of a tensor map) into the
   // K-major tile SmemLayoutO describes; 16 bytes per cp.async.
   static constexpr int kChunksPerRow = kHeadDim_ / 8;

@@ -15,6 +15,7 @@ from autotune.build.cache import ArtifactCache
 from autotune.build.compiler import BuildResult, compile_config, compile_many, lookup
 from autotune.build.cubin import read_launch_info
 from autotune.model.config import Config
+from autotune.model.occupancy import ctas_per_sm
 from autotune.model.space import Space, load_space
 from autotune.model.target import target_for_arch
 
@@ -187,6 +188,28 @@ def test_decode90_marks_its_in_cluster_combine(tmp_path: Path) -> None:
     data = result.cubin.read_bytes()
     assert b"cute_autotune_cluster_combine" in data and b"cute_autotune_combine" in data
     assert read_launch_info(result.cubin).split_kv == 1
+
+
+def test_decode90_two_ctas_per_sm_fit_an_sm(tmp_path: Path) -> None:
+    """ctas_per_sm = 2 builds for two resident CTAs: the launch bounds hold ptxas to 128
+    registers a thread (two CTAs of 256 threads fill the 64K register file), no spills, the
+    wgmmas still pipelined, and the occupancy the cubin allows is two CTAs. The same tile at
+    ctas_per_sm = 1 (what configs stored before the parameter mean) gets the whole file."""
+    space = load_space("decode90")
+    values = dict(head_dim=128, dtype="bf16", causal=True, block_m=64, block_n=64,
+                  consumer_wgs=1, kv_stages=2, overlap=True, num_splits=1)
+    two = compile_config(space.config(**values, ctas_per_sm=2), H200, ArtifactCache(tmp_path))
+    assert two.ok and two.ptxas is not None and two.launch_info is not None, two.message
+    assert two.ptxas.registers <= 128 and not two.ptxas.spills
+    assert two.ptxas.wgmma_serialized == ""
+    resident = ctas_per_sm(90, two.ptxas.registers, two.launch_info.threads,
+                           two.launch_info.smem_bytes)
+    assert resident["ctas"] == 2, resident
+    one = compile_config(space.config(**values), H200, ArtifactCache(tmp_path))
+    assert one.ok and one.ptxas is not None and one.launch_info is not None, one.message
+    assert one.ptxas.registers > 128
+    assert ctas_per_sm(90, one.ptxas.registers, one.launch_info.threads,
+                       one.launch_info.smem_bytes)["ctas"] == 1
 
 
 def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:

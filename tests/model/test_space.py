@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import pickle
+import tomllib
 
 import pytest
+
+from autotune._paths import search_spaces_dir
 
 from autotune.model.config import Config, InvalidConfig
 from autotune.model.space import (
@@ -171,3 +174,27 @@ def test_a_launch_parameter_is_searched_but_not_built() -> None:
     assert space.build_view(view) is view
     assert load_space("sm80").build_view(load_space("sm80").heuristic(
         {"head_dim": 64, "dtype": "fp16", "causal": False})) is not None
+
+
+def test_a_parameter_added_later_reads_as_its_default_in_configs_stored_before() -> None:
+    """decode90's ctas_per_sm came after configs of the family were stored (db/h200.json, users'
+    databases): such a config reads as ctas_per_sm = 1, the kernel it was built and timed as,
+    under the name it had. A value outside the parameter's domain is still refused, and so is a
+    space file whose default is not one of the values."""
+    space = load_space("decode90")
+    stored = {"block_m": 64, "block_n": 128, "causal": False, "consumer_wgs": 1, "dtype": "bf16",
+              "head_dim": 128, "kv_stages": 2, "num_splits": 8, "overlap": False}
+    config = space.validate(Config.make("decode90", stored))
+    assert config["ctas_per_sm"] == 1
+    assert space.name_of(config) == "dec90_d128_bm64_bn128_wg1_s2_o0_x8_bf16_full"
+    assert space.name_of(config.replace(ctas_per_sm=2)) == (
+        "dec90_d128_bm64_bn128_wg1_s2_o0_c2_x8_bf16_full")
+    with pytest.raises(InvalidConfig, match="ctas_per_sm = 3"):
+        space.validate(Config.make("decode90", {**stored, "ctas_per_sm": 3}))
+    with pytest.raises(InvalidConfig, match="missing parameter 'block_n'"):
+        space.validate(Config.make("decode90", {k: v for k, v in stored.items()
+                                                if k != "block_n"}))
+    data = tomllib.loads((search_spaces_dir() / "decode90.toml").read_text())
+    data["params"]["ctas_per_sm"]["default"] = 4
+    with pytest.raises(ValueError, match="default 4 is not one of"):
+        Space(data, "decode90.toml")

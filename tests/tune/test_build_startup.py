@@ -59,7 +59,7 @@ def test_swept_builds_count_once_toward_the_random_start() -> None:
     study = optuna.create_study(sampler=sampler)
     for splits in PARAMS["num_splits"].choices:  # one build, seven launch values
         params = {"block_m": 128, "block_n": 64, "consumer_wgs": 2, "kv_stages": 4,
-                  "overlap": True, "num_splits": splits}
+                  "overlap": True, "ctas_per_sm": 1, "num_splits": splits}
         study.add_trial(create_trial(params=params, distributions=PARAMS,
                                      value=time_us(params)))
     assert len(sampler.measured_builds(study)) == 1
