@@ -763,11 +763,13 @@ decode90)
     cat "$f/decode_floor_h200.txt"
   fi
   if [ "${BENCH:-1}" = 1 ]; then
-    # SHAPES: a shape set or file (then without --extra); TAG names the output.
+    # SHAPES: a shape set or file (then without --extra); TAG names the output; FAMS the
+    # families searched (default both).
     tag=${TAG:-lq${MIN_LQ:-4}plus}
     timeout $(( ${UNTIL:-560} - ($(date +%s) - t0) )) python3 benchmarks/decode_bench.py \
       --json "$f/decode_bench_${tag}_h200.json" --min-lq "${MIN_LQ:-4}" \
       ${SHAPES:+--shapes "$SHAPES"} $([ -z "${SHAPES:-}" ] && echo --extra) ${PAGED:+--paged} \
+      ${FAMS:+--families "$FAMS"} \
       > "$f/decode_bench_${tag}_h200.txt" 2>&1
     echo "bench rc $? at $(( $(date +%s) - t0 )) s"
     tail -n 50 "$f/decode_bench_${tag}_h200.txt" | cut -c1-160
