@@ -734,7 +734,8 @@ decode90)
   [ -f .c90pack/prebuild.json ] && python3 -m autotune.cli compile --config @.c90pack/prebuild.json \
     --arch sm_90 --jobs 16 --quiet > "$f/compile_prebuild.txt" 2>&1
   echo "compiled at $(( $(date +%s) - t0 )) s"
-  [ "${TESTS:-1}" = 1 ] && timeout "${TESTS_S:-200}" python3 -m pytest ${TESTS:-tests/gpu/test_decode90_gpu.py \
+  # TESTS=0: no GPU tests; TEST_FILES: which (TESTS once named both, and a list in it ran none).
+  [ "${TESTS:-1}" = 1 ] && timeout "${TESTS_S:-200}" python3 -m pytest ${TEST_FILES:-tests/gpu/test_decode90_gpu.py \
     tests/gpu/test_decode_gpu.py tests/gpu/test_decode_dispatch_gpu.py} -q -rfE \
     > "$f/pytest_decode_gpu.txt" 2>&1
   echo "pytest rc $? at $(( $(date +%s) - t0 )) s"; tail -n 4 "$f/pytest_decode_gpu.txt"
@@ -775,6 +776,49 @@ decode90)
     tail -n 50 "$f/decode_bench_${tag}_h200.txt" | cut -c1-160
   fi
   tar czf "$OUT/decode90.tgz" -C "$OUT" decode90
+  ;;
+decodeb1)
+  # Issue 15, decode90 with ctas_per_sm at B=1, one call: TESTS=1 decode90's GPU tests; NCU=1
+  # Nsight Compute on the decode kernels of benchmarks/configs/decode_profiles.txt (one line a
+  # kernel: B,Hq,Hkv,Lq,Lk | --causal or nothing | splits | tile JSON); ALT=1 attention() from
+  # db/h200.json against SDPA's default in the plain alternation on SHAPES; then SHAPES tuned
+  # with decode90 beside SDPA's backends (--skip-tuned, .tuning/h200.db carried between calls)
+  # until UNTIL - 70 s.
+  f=$OUT/decodeb1; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  shapes=${SHAPES:-benchmarks/configs/decode_b1_retune.toml}
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider -rfE \
+      tests/gpu/test_decode90_gpu.py > "$f/pytest_decode90_gpu.txt" 2>&1
+    echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_decode90_gpu.txt"
+  fi
+  if [ "${NCU:-1}" = 1 ]; then
+    n=0
+    while IFS='|' read -r problem causal splits tile; do
+      n=$(( n + 1 ))
+      timeout 120 ncu --clock-control none -k regex:cute_autotune_fwd --launch-skip 3 \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats python3 benchmarks/decode_profile.py --problem "$problem" \
+        $causal --splits "$splits" "$tile" > "$f/ncu_$n.txt" 2>&1
+      echo "ncu $n rc $? at $(( $(date +%s) - t0 )) s"
+    done < benchmarks/configs/decode_profiles.txt
+    grep -hE "calls$|DRAM Throughput|Duration|Achieved Occupancy|Block Limit (Registers|Shared)|Waves Per SM" \
+      "$f"/ncu_*.txt | cut -c1-150
+  fi
+  if [ "${ALT:-0}" = 1 ]; then
+    timeout 200 python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
+      --shapes "$shapes" --spin-cycles 400000 --json "$f/alternating_b1.json" \
+      > "$f/alternating_b1.txt" 2>&1
+    echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating_b1.txt"
+  fi
+  left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
+  if [ "$left" -gt 40 ]; then
+    python3 -m autotune.cli tune --shapes "$shapes" --family decode90 --trials "${TRIALS:-8}" \
+      --rerank-top 3 --skip-tuned --stop-after "$left" --db "sqlite:///$PWD/.tuning/h200.db" \
+      --json "$f/tune_b1_$t0.json" --quiet > "$f/tune_b1_$t0.txt" 2>&1
+    echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n 20 "$f/tune_b1_$t0.txt" | cut -c1-160
+  fi
+  copy_db .tuning/h200.db "$f/h200.db"
+  tar czf "$OUT/decodeb1.tgz" -C "$OUT" decodeb1
   ;;
 decodekv)
   # Issue 15, decode90 reading KV caches, one call: BENCH=1 the whole decode bench (both families searched on
