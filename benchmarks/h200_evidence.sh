@@ -780,7 +780,8 @@ decode90)
 decodeb1)
   # Issue 15, decode90 with ctas_per_sm at B=1, one call: TESTS=1 decode90's GPU tests; NCU=1
   # Nsight Compute on the decode kernels of benchmarks/configs/decode_profiles.txt (one line a
-  # kernel: B,Hq,Hkv,Lq,Lk | --causal or nothing | splits | tile JSON); ALT=1 attention() from
+  # kernel: B,Hq,Hkv,Lq,Lk | --causal or nothing | splits | tile JSON); FLUSH=1
+  # benchmarks/flush_probe.py (the L2 flush by writing against one by reading); ALT=1 attention() from
   # db/h200.json against SDPA's default in the plain alternation on SHAPES; then SHAPES tuned
   # with decode90 beside SDPA's backends (--skip-tuned, .tuning/h200.db carried between calls)
   # until UNTIL - 70 s.
@@ -803,6 +804,11 @@ decodeb1)
     done < benchmarks/configs/decode_profiles.txt
     grep -hE "calls$|DRAM Throughput|Duration|Achieved Occupancy|Block Limit (Registers|Shared)|Waves Per SM" \
       "$f"/ncu_*.txt | cut -c1-150
+  fi
+  if [ "${FLUSH:-0}" = 1 ]; then  # the L2 flush's write-back, against a flush by reading
+    timeout 120 python3 benchmarks/flush_probe.py --json "$f/flush_probe_h200.json" \
+      > "$f/flush_probe_h200.txt" 2>&1
+    echo "flush probe rc $? at $(( $(date +%s) - t0 )) s"; cat "$f/flush_probe_h200.txt"
   fi
   if [ "${ALT:-0}" = 1 ]; then
     timeout 200 python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
