@@ -782,7 +782,7 @@ decodeb1)
   # Nsight Compute on the decode kernels of benchmarks/configs/decode_profiles.txt (one line a
   # kernel: B,Hq,Hkv,Lq,Lk | --causal or nothing | splits | tile JSON); FLUSH=1
   # benchmarks/flush_probe.py (the L2 flush by writing against one by reading); ALT=1 attention() from
-  # db/h200.json against SDPA's default in the plain alternation on SHAPES; then SHAPES tuned
+  # db/h200.json against SDPA's default in the plain alternation on ALT_SHAPES (else SHAPES); then SHAPES tuned
   # with decode90 beside SDPA's backends (--skip-tuned, .tuning/h200.db carried between calls)
   # until UNTIL - 70 s.
   f=$OUT/decodeb1; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
@@ -812,7 +812,7 @@ decodeb1)
   fi
   if [ "${ALT:-0}" = 1 ]; then
     timeout 200 python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
-      --shapes "$shapes" --spin-cycles 400000 --json "$f/alternating_b1.json" \
+      --shapes "${ALT_SHAPES:-$shapes}" --spin-cycles 400000 --json "$f/alternating_b1.json" \
       > "$f/alternating_b1.txt" 2>&1
     echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating_b1.txt"
   fi
