@@ -351,8 +351,10 @@ class Kernel {
     }
     check_tma_boxes();
     // A persistent kernel walks the work tiles from a grid of as many CTAs as the device holds
-    // at once.
-    if (info_.persistent != 0) {
+    // at once; a kernel that can reduce its splits in a cluster weighs that against the same
+    // count (clusters_cost_no_wave).
+    for (auto& known : max_clusters_) known.store(-1, std::memory_order_relaxed);
+    if (info_.persistent != 0 || cluster_combine_) {
       int per_sm = 0;
       int sm_count = 0;
       check(d.occupancy_max_blocks(&per_sm, function_, info_.threads, info_.smem_bytes),
@@ -362,7 +364,8 @@ class Kernel {
       if (per_sm < 1) {
         throw std::runtime_error(path_ + ": no CTA of this kernel fits on an SM");
       }
-      resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
+      if (info_.persistent != 0) resident_ctas_ = unsigned(per_sm) * unsigned(sm_count);
+      ctas_at_once_ = int64_t(per_sm) * sm_count;
     }
   }
 
@@ -433,7 +436,7 @@ class Kernel {
     plan.function = function_;
     plan.combine = combine_;
     plan.overlap_combine = overlap_combine_;
-    if (cluster_combine && num_splits > 1 && cluster_fits(num_splits)) {
+    if (cluster_combine && num_splits > 1 && clusters_cost_no_wave(plan.grid, num_splits)) {
       plan.cluster = unsigned(num_splits);
     }
     plan.ctx = ctx_;
@@ -464,15 +467,29 @@ class Kernel {
     }
   }
 
-  // Whether a cluster of `splits` CTAs of this kernel can be resident at all (it must fit in
-  // one GPC with its shared memory), asked of the driver once per split count.
-  bool cluster_fits(int splits) const {
+  // Whether reducing the splits of `grid` in clusters of `splits` CTAs costs no wave: a
+  // cluster must fit in one GPC, so fewer CTAs are resident at once in clusters than without
+  // (an H200 holds 15 clusters of 8 one-per-SM CTAs, 120 CTAs, against 132). A grid of 16
+  // such clusters ran in two waves, 97 us where its 128 CTAs without clusters take one (the
+  // combine entry then costs a few us). So the cluster only where the grid's clusters need
+  // no more waves than its CTAs would.
+  bool clusters_cost_no_wave(const unsigned grid[3], int splits) const {
+    const int at_once = max_active_clusters(splits);
+    if (at_once < 1 || ctas_at_once_ < 1) return false;
+    const int64_t ctas = int64_t(grid[0]) * grid[1] * grid[2];
+    const int64_t clusters = (ctas + splits - 1) / splits;
+    return (clusters + at_once - 1) / at_once <= (ctas + ctas_at_once_ - 1) / ctas_at_once_;
+  }
+
+  // How many clusters of `splits` CTAs of this kernel can be resident at once (0: none, or a
+  // cubin or driver without the in-cluster combine), asked of the driver once per split count.
+  int max_active_clusters(int splits) const {
     if (!cluster_combine_ || splits < 2 || splits > cute_autotune::kMaxClusterSplits) {
-      return false;
+      return 0;
     }
-    std::atomic<int>& known = cluster_fits_[splits];
-    int fits = known.load(std::memory_order_relaxed);
-    if (fits == 0) {
+    std::atomic<int>& known = max_clusters_[splits];
+    int at_once = known.load(std::memory_order_relaxed);
+    if (at_once < 0) {
       CUlaunchAttribute attribute{};
       attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       attribute.value.clusterDim.x = unsigned(splits);
@@ -490,13 +507,12 @@ class Kernel {
       config.numAttrs = 1;
       int clusters = 0;
       ScopedContext scope(ctx_);
-      fits = driver().occupancy_max_clusters(&clusters, function_, &config) == CUDA_SUCCESS &&
-                     clusters > 0
-                 ? 1
-                 : 2;
-      known.store(fits, std::memory_order_relaxed);
+      at_once = driver().occupancy_max_clusters(&clusters, function_, &config) == CUDA_SUCCESS
+                    ? std::max(clusters, 0)
+                    : 0;
+      known.store(at_once, std::memory_order_relaxed);
     }
-    return fits == 1;
+    return at_once;
   }
 
   // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
@@ -524,8 +540,10 @@ class Kernel {
   CUfunction combine_ = nullptr;  // the split-KV combine entry, when LaunchInfo says split_kv
   bool overlap_combine_ = false;   // see Plan::overlap_combine
   bool cluster_combine_ = false;   // the cubin can reduce its splits in a cluster (Plan::cluster)
-  // cluster_fits per split count: 0 not asked yet, 1 yes, 2 no.
-  mutable std::atomic<int> cluster_fits_[cute_autotune::kMaxClusterSplits + 1] = {};
+  // max_active_clusters per split count, -1 until asked.
+  mutable std::atomic<int> max_clusters_[cute_autotune::kMaxClusterSplits + 1];
+  // CTAs of this kernel resident at once without clusters (all SMs); set with cluster_combine_.
+  int64_t ctas_at_once_ = 0;
   LaunchInfo info_{};
   unsigned resident_ctas_ = 0;
 };
