@@ -289,6 +289,18 @@ struct Plan {
   }
 };
 
+// Whether `ctas` CTAs in clusters of `splits` (of which `clusters_at_once` are resident at
+// once) need no more waves than the same CTAs without clusters (`ctas_at_once` resident):
+// Kernel::plan's choice between the in-cluster combine and the combine entry. Pure, so the
+// rule is tested without a GPU.
+bool clusters_cost_no_wave(int64_t ctas, int splits, int64_t clusters_at_once,
+                           int64_t ctas_at_once) {
+  if (splits < 2 || ctas < 1 || clusters_at_once < 1 || ctas_at_once < 1) return false;
+  const int64_t clusters = (ctas + splits - 1) / splits;
+  return (clusters + clusters_at_once - 1) / clusters_at_once <=
+         (ctas + ctas_at_once - 1) / ctas_at_once;
+}
+
 class Kernel {
  public:
   Kernel(const std::string& cubin_path, int device, py::tuple info)
@@ -474,11 +486,8 @@ class Kernel {
   // combine entry then costs a few us). So the cluster only where the grid's clusters need
   // no more waves than its CTAs would.
   bool clusters_cost_no_wave(const unsigned grid[3], int splits) const {
-    const int at_once = max_active_clusters(splits);
-    if (at_once < 1 || ctas_at_once_ < 1) return false;
-    const int64_t ctas = int64_t(grid[0]) * grid[1] * grid[2];
-    const int64_t clusters = (ctas + splits - 1) / splits;
-    return (clusters + at_once - 1) / at_once <= (ctas + ctas_at_once_ - 1) / ctas_at_once_;
+    return ::clusters_cost_no_wave(int64_t(grid[0]) * grid[1] * grid[2], splits,
+                                   max_active_clusters(splits), ctas_at_once_);
   }
 
   // How many clusters of `splits` CTAs of this kernel can be resident at once (0: none, or a
@@ -553,6 +562,8 @@ class Kernel {
 PYBIND11_MODULE(_cute_autotune_launcher, m) {
   m.doc() = "Loads cute-autotune cubins through the CUDA driver and launches them.";
   m.attr("ABI_VERSION") = cute_autotune::kAbiVersion;
+  m.def("clusters_cost_no_wave", &clusters_cost_no_wave, py::arg("ctas"), py::arg("splits"),
+        py::arg("clusters_at_once"), py::arg("ctas_at_once"));
   py::class_<Kernel>(m, "Kernel")
       .def(py::init<const std::string&, int, py::tuple>(), py::arg("cubin_path"),
            py::arg("device"), py::arg("launch_info"))
