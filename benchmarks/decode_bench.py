@@ -299,16 +299,19 @@ def _first(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return call(*args, **kwargs)[0]
 
 
-def alternating(calls: dict[str, Any], n: int = 41) -> dict[str, float]:
-    """The plain alternating-call check: fixed order, L2 flushed before each call, medians."""
-    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+def alternating(calls: dict[str, Any], n: int = 41,
+                flush: Callable[[], Any] | None = None) -> dict[str, float]:
+    """The plain alternating-call check: fixed order, L2 flushed before each call (by `flush`,
+    else by writing a 512 MiB buffer), medians."""
+    if flush is None:
+        flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda").zero_
     for f in calls.values():
         f()
     times: dict[str, list[float]] = {name: [] for name in calls}
     pending = []
     for _ in range(n):
         for name, f in calls.items():
-            flush.zero_()
+            flush()
             torch.cuda._sleep(50_000)  # the host enqueues the call before its start event fires
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

@@ -1,10 +1,10 @@
 """The fixed cost of a decode call at B=1, Lq=1 against what its keys cost: the floor of the
 timing itself (a one-element fill timed the same way), each decode family's call on a 128-key
 cache (next to nothing to stream) and on the bench's 8k-key cache at split counts 1, 8 and 16
-(decode90 with two CTAs per SM also 32), and SDPA's default on both, all in one plain alternating check (L2 flushed before each call,
-median of 41). decode90's split calls of up to 8 splits reduce them in a thread-block cluster;
-each is also timed with the combine entry instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us
-for the whole call.
+(decode90 with two CTAs per SM also 32), and SDPA's default on both, all in one plain
+alternating check (L2 flushed before each call, median of 41). decode90's split calls of up to
+8 splits reduce them in a thread-block cluster; each is also timed with the combine entry
+instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us for the whole call.
 
     python benchmarks/decode_floor.py --json OUT.json
 """

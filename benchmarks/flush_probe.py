@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from functools import partial
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from decode_bench import _first  # noqa: E402
+from decode_bench import _first, alternating  # noqa: E402
 
 from autotune.measure import sdpa_call  # noqa: E402
 from autotune.model import Config, Problem  # noqa: E402
@@ -38,26 +37,6 @@ CASES = [
      {"block_m": 64, "block_n": 128, "consumer_wgs": 1, "kv_stages": 3, "overlap": False,
       "ctas_per_sm": 1}, 8),
 ]
-
-
-def alternate(calls: dict[str, Any], flush: Any, n: int = 41) -> dict[str, float]:
-    for f in calls.values():
-        f()
-    pending = []
-    for _ in range(n):
-        for name, f in calls.items():
-            flush()
-            torch.cuda._sleep(50_000)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            f()
-            end.record()
-            pending.append((name, start, end))
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for name, start, end in pending:
-        times[name].append(start.elapsed_time(end) * 1e3)
-    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def main() -> int:
@@ -82,7 +61,7 @@ def main() -> int:
         sizes[f"sdpa {p.describe()}"] = sizes[f"decode90 x{splits} {p.describe()}"] = p.bytes
     rows = []
     for regime, flush in flushes.items():
-        for name, us in alternate(calls, flush).items():
+        for name, us in alternating(calls, flush=flush).items():
             rows.append({"flush": regime, "call": name, "us": round(us, 2),
                          "tb_s": round(sizes[name] / us / 1e6, 3)})
     for r in rows:

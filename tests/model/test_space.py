@@ -6,7 +6,6 @@ import tomllib
 import pytest
 
 from autotune._paths import search_spaces_dir
-
 from autotune.model.config import Config, InvalidConfig
 from autotune.model.space import (
     Space,
