@@ -36,6 +36,11 @@ CASES = [
     (Problem(1, 32, 8, 1, 8192, 128, "bf16", False),
      {"block_m": 64, "block_n": 128, "consumer_wgs": 1, "kv_stages": 3, "overlap": False,
       "ctas_per_sm": 1}, 8),
+    # Two 64-row tiles per KV head read each K/V tile: its loads stay evict-normal (a control
+    # for decode90's evict-first hint).
+    (Problem(1, 64, 8, 16, 32768, 128, "bf16", True),
+     {"block_m": 64, "block_n": 128, "consumer_wgs": 1, "kv_stages": 3, "overlap": False,
+      "ctas_per_sm": 1}, 8),
 ]
 
 
@@ -56,9 +61,10 @@ def main() -> int:
         config = Config.make("decode90", {**p.space_values(), **tile, "num_splits": 1})
         kernel = decode_kernel(config, head_dim=128, dtype="bf16", causal=p.causal, device=0)
         calls[f"sdpa {p.describe()}"] = sdpa_call("default", q_s, k_s, v_s, causal=p.causal)
-        calls[f"decode90 x{splits} {p.describe()}"] = partial(
+        calls[f"decode90 bm{tile['block_m']} x{splits} {p.describe()}"] = partial(
             _first, kernel.with_kvcache, q, k, v, num_splits=splits)
-        sizes[f"sdpa {p.describe()}"] = sizes[f"decode90 x{splits} {p.describe()}"] = p.bytes
+        sizes[f"sdpa {p.describe()}"] = p.bytes
+        sizes[f"decode90 bm{tile['block_m']} x{splits} {p.describe()}"] = p.bytes
     rows = []
     for regime, flush in flushes.items():
         for name, us in alternating(calls, flush=flush).items():
