@@ -169,8 +169,10 @@ class GridSearch:
 
     def __init__(self, study: Study, target: Target, known: Mapping[str, float | None]) -> None:
         self._study = study
-        study.enqueue(c for c in study.space.valid_configs(target, study.fixed)
-                      if c.digest not in known)
+        self._todo = [c for c in study.space.valid_configs(target, study.fixed)
+                      if c.digest not in known]
+        self._asked: set[str] = set()
+        study.enqueue(self._todo)
         # The study's whole queue: configs an earlier session left queued are asked first.
         self._left = study.waiting()
 
@@ -181,9 +183,31 @@ class GridSearch:
         # Never past the queue: the study's sampler would propose random configs, all of them
         # known or invalid, until the loop gives up on stale proposals (up to 200 junk trials).
         if self._left <= 0:
-            return None
+            self._left = self._requeue_lost()
+            if self._left <= 0:
+                return None
         self._left -= 1
-        return self._study.ask()
+        proposal = self._study.ask()
+        self._asked.add(proposal.config.digest)
+        return proposal
+
+    def _requeue_lost(self) -> int:
+        """Queue again the configs of this grid that neither this session asked nor the study
+        holds as run or running; returns the queue's length (0: none such).
+
+        The queue is the study's, shared: an item whose lease ran out while its worker still
+        ran is taken again (tune.worker), and until the old worker notices it can take configs
+        off the queue this session counted, then give them up ("interrupted" on LeaseLost, or
+        left RUNNING if it is killed). Without this, the last asks found the queue empty and
+        the item ended with those configs never measured (once in the 8-worker kill rounds,
+        tests/faults/test_fault_rounds.py). One a killed worker stored before it could tell the
+        study is reused, not timed again (the loop looks each config up in the store first)."""
+        taken = self._study.taken()
+        lost = [c for c in self._todo if c.digest not in self._asked and c.digest not in taken]
+        if not lost:
+            return 0
+        self._study.enqueue(lost)
+        return self._study.waiting()
 
     def tell(self, proposal: Proposal, outcome: Outcome) -> None:
         self._study.tell(proposal, outcome)

@@ -219,6 +219,30 @@ class Study:
 
         return len(self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
+    def taken(self) -> set[str]:
+        """Digests of the configs the study holds as run (a value, or a failure of the config)
+        or that a live process is running now. A queued config missing here once the queue is
+        empty was taken off it by another session that gave it up: told "interrupted", or left
+        RUNNING by a process that is gone (or silent, or abandoned by this one)."""
+        from optuna.trial import TrialState
+
+        stale = set(self._storage._get_stale_trial_ids(self._study._study_id)
+                    if self._storage is not None else ())
+        taken: set[str] = set()
+        for t in self._study.get_trials(deepcopy=False, states=(
+                TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
+            digest = t.user_attrs.get("digest")
+            if not digest:
+                continue
+            if t.state == TrialState.RUNNING:
+                owner = Owner.from_json(t.user_attrs.get("owner"))
+                if (owner is not None and not is_gone(owner) and t._trial_id not in stale
+                        and t._trial_id not in _abandoned):
+                    taken.add(digest)
+            elif t.state == TrialState.COMPLETE or t.user_attrs.get("status") not in NOT_COUNTED:
+                taken.add(digest)
+        return taken
+
     def ask(self) -> Proposal:
         """The next config: the oldest queued one, else the sampler's."""
         with warnings.catch_warnings():
