@@ -229,14 +229,6 @@ __forceinline__ __device__ void produce(TmaFwdParams const& params,
   static_assert(kBlockN / 16 * Traits::kTmaBoxes <= 32, "a tile's boxes exceed the warp");
   const int box = lane / Traits::kTmaBoxes;
   const int column = lane % Traits::kTmaBoxes;
-  // A K/V tile that no other row tile reads (the KV head's packed rows fit one tile) is read
-  // once: loaded evict-first, it displaces the L2 lines of earlier such tiles instead of what
-  // the L2 held before the call. Lines another kernel left dirty are then not written back
-  // to DRAM inside this call's time (benchmarks/NOTES.md, "Evict-first K/V"). Tiles two row
-  // tiles read stay normal: the second CTA finds them in L2.
-  const uint64_t cache_hint =
-      p.seqlen_q * w.group <= Traits::kBlockM ? uint64_t(TMA::CacheHintSm90::EVICT_FIRST)
-                                              : uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
   auto load = [&](CUtensorMap const* map, uint64_t* full, uint64_t* empty,
                   typename Traits::Element* ring, int2 at, int t) {
     const int stage = t % Traits::kStages;
@@ -251,7 +243,7 @@ __forceinline__ __device__ void produce(TmaFwdParams const& params,
     const int row = __shfl_sync(0xffffffffu, at.y, box);
     if (box < boxes) {
       SM90_TMA_LOAD_4D::copy(
-          map, &full[stage], cache_hint,
+          map, &full[stage], 0,
           ring + ((stage * Traits::kTmaBoxes + column) * kBlockN + box * box_rows) *
                      Traits::kTmaBoxCols,
           column * Traits::kTmaBoxCols, row, w.kv_head, page);
