@@ -105,9 +105,6 @@
 #   bash benchmarks/h200_evidence.sh sm90      # sm90 structural variants: validator, timing
 #                                              # against SDPA, racecheck and synccheck (cubins
 #                                              # prebuilt into .cubins90/, carried)
-#   bash benchmarks/h200_evidence.sh evict     # issue 15: decode90's evict-first K/V hint
-#                                              # against the previous kernel (flush probe),
-#                                              # the B=1 decode bench, ALT=1 attention()
 #   bash benchmarks/h200_evidence.sh workers   # issue 17: `cute-autotune worker` draining three
 #                                              # llm-prefill items (sm90, D=128 fp16), killed
 #                                              # by SIGKILL mid-item and restarted, against a
@@ -828,39 +825,6 @@ decodeb1)
   fi
   copy_db .tuning/h200.db "$f/h200.db"
   tar czf "$OUT/decodeb1.tgz" -C "$OUT" decodeb1
-  ;;
-evict)
-  # Issue 15, decode90's evict-first K/V hint, one call after `BENCH=0 ... decode90` (which
-  # validates the kernel version: GPU tests, every build through `check`, sanitizers). Here:
-  # the flush probe at this kernel and at the previous one (the hint taken out in a copy of the
-  # tree, whose 4 builds compile there), the decode bench of SHAPES (decode90 only, its winner
-  # and SDPA alternated), and with ALT=1 attention() from db/h200.json against SDPA's default
-  # in the plain alternation on ALT_SHAPES.
-  f=$OUT/evict; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
-  timeout 150 python3 benchmarks/flush_probe.py --json "$f/flush_probe_h200.json" \
-    > "$f/flush_probe_h200.txt" 2>&1
-  echo "flush probe rc $? at $(( $(date +%s) - t0 )) s"; cat "$f/flush_probe_h200.txt"
-  rm -rf /tmp/prev && mkdir -p /tmp/prev && cp -r autotune kernel_src search_spaces db benchmarks /tmp/prev/
-  sed -i 's/map, &full\[stage\], cache_hint,/map, \&full[stage], 0,/' /tmp/prev/kernel_src/decode90/kernel.cuh
-  echo "previous kernel: $(grep -c 'full\[stage\], 0,' /tmp/prev/kernel_src/decode90/kernel.cuh) hint-free load (1 expected)"
-  (cd /tmp/prev && PYTHONPATH=/tmp/site:/tmp/prev CUTE_AUTOTUNE_CACHE=/tmp/prevcache timeout 200 \
-     python3 benchmarks/flush_probe.py --json "$f/flush_probe_previous_kernel_h200.json") \
-    > "$f/flush_probe_previous_kernel_h200.txt" 2>&1
-  echo "flush probe (previous kernel) rc $? at $(( $(date +%s) - t0 )) s"
-  cat "$f/flush_probe_previous_kernel_h200.txt"
-  if [ "${BENCH:-1}" = 1 ]; then
-    timeout "${BENCH_S:-200}" python3 benchmarks/decode_bench.py --json "$f/decode_bench_b1_h200.json" \
-      --min-lq 1 --shapes "${SHAPES:-benchmarks/configs/decode_b1.toml}" --families decode90 \
-      > "$f/decode_bench_b1_h200.txt" 2>&1
-    echo "bench rc $? at $(( $(date +%s) - t0 )) s"; tail -n 20 "$f/decode_bench_b1_h200.txt" | cut -c1-160
-  fi
-  if [ "${ALT:-0}" = 1 ]; then
-    timeout "${ALT_S:-200}" python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
-      --shapes "${ALT_SHAPES:-benchmarks/configs/decode_b1_retune.toml}" --spin-cycles 400000 \
-      --json "$f/alternating_b1.json" > "$f/alternating_b1.txt" 2>&1
-    echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating_b1.txt"
-  fi
-  tar czf "$OUT/evict.tgz" -C "$OUT" evict
   ;;
 decodekv)
   # Issue 15, decode90 reading KV caches, one call: BENCH=1 the whole decode bench (both families searched on
