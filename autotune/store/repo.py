@@ -333,6 +333,26 @@ class TuningStore:
                                    build_key, reused=True, env=_env_of(row))
             return None
 
+    def find_failure(self, device: DeviceInfo, problem: Problem, config: Config,
+                     build_key: str) -> TrialResult | None:
+        """The latest failed (not OK) measurement of this (device, problem, config, build), if
+        any, with its status and reason: what a process that stored it and was gone before it
+        told its study found (tune.study settles that trial with it). Never a reason to skip a
+        config elsewhere: find_trial reuses times only."""
+        with self._transaction() as s:
+            query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
+                     .join(Build, Measurement.build_id == Build.id)
+                     .where(*same_gpu(device), KernelConfig.digest == config.digest,
+                            ProblemRow.id == self._problem(s, problem).id,
+                            Build.artifact_key == build_key, Measurement.status != Status.OK)
+                     .order_by(Measurement.id.desc()))
+            for row in s.scalars(query):
+                try:
+                    return self._timing_of(row)
+                except BrokenRow as exc:
+                    _log.warning("%s: not reused", exc)
+            return None
+
     def trials(self, device: DeviceInfo | None = None, problem: Problem | None = None,
                study: str | None = None) -> list[dict[str, Any]]:
         with self._transaction() as s:

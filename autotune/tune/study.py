@@ -110,9 +110,10 @@ class Study:
                          problem: Problem) -> None:
         """Settle the RUNNING trials of processes that are gone (same host, dead pid) or silent
         (no heartbeat for GRACE_S seconds, any host), and those this process abandoned when
-        its database connection broke (`abandon_running`): told the value their process already
-        stored in the database, else failed as "interrupted" with the reason. A trial of a live
-        process (beating, or on this host and running) is never touched."""
+        its database connection broke (`abandon_running`): told the outcome their process
+        already stored in the database (a value, or the config's failure), else failed as
+        "interrupted" with the reason. A trial of a live process (beating, or on this host and
+        running) is never touched."""
         import optuna
         from optuna.trial import TrialState
 
@@ -148,25 +149,34 @@ class Study:
     def _settle(study: Any, frozen: Any, owner: Owner | None, why: str, store: TuningStore,
                 device: DeviceInfo, problem: Problem) -> None:
         """Tell one abandoned trial (`why`: how its process was found gone): the value its
-        process stored, else a failure with that reason."""
+        process stored, or the failure it stored (its status and reason), else "interrupted"
+        with that reason."""
         import optuna
         from optuna.trial import TrialState
 
         # Optuna sets a trial's attributes only through a Trial object; this is its
         # constructor on an existing trial's id (frozen trials expose it privately).
         trial = optuna.trial.Trial(study, frozen._trial_id)
-        raw = frozen.user_attrs.get("config")
-        measured = None
-        if raw and frozen.user_attrs.get("build_key"):
-            measured = store.find_trial(device, problem, Config.from_json(raw),
-                                        frozen.user_attrs["build_key"])
+        raw, build_key = frozen.user_attrs.get("config"), frozen.user_attrs.get("build_key")
+        measured = failed = None
+        if raw and build_key:
+            config = Config.from_json(raw)
+            measured = store.find_trial(device, problem, config, build_key)
+            # A failure it stored is its outcome too: settled "interrupted", the trial would say
+            # nothing of the config, and the next session would measure it again (a second row).
+            if measured is None:
+                failed = store.find_failure(device, problem, config, build_key)
         value = measured.median_us if measured is not None else None
+        by = owner.describe() if owner is not None else "a process"
+        told = f"which did not tell the study ({why}); told by a later session"
         if value is not None:
             trial.set_user_attr("status", Status.OK.value)
-            by = owner.describe() if owner is not None else "a process"
-            trial.set_user_attr("reason", f"measured by {by}, which did not tell the study "
-                                f"({why}); told by a later session")
+            trial.set_user_attr("reason", f"measured by {by}, {told}")
             study.tell(frozen.number, value)
+        elif failed is not None:
+            trial.set_user_attr("status", failed.status.value)
+            trial.set_user_attr("reason", f"{failed.reason[:2000]} (stored by {by}, {told})")
+            study.tell(frozen.number, state=TrialState.FAIL)
         else:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("reason", why)

@@ -2,8 +2,10 @@
 
     python -m tests.faults.killed_session DB_URL WHERE N TRIALS
 
-WHERE is `evaluate` (dies while timing its Nth trial: the rest of its batch is left RUNNING) or
-`recorded` (dies right after its Nth measurement is stored, before Optuna is told)."""
+WHERE is `evaluate` (dies while timing its Nth trial: the rest of its batch is left RUNNING),
+`recorded` (dies right after its Nth measurement is stored, before Optuna is told) or `failed`
+(its Nth trial fails validation, and it dies right after that failure is stored, before Optuna
+is told)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.model.status import Status
+from autotune.store.records import TrialResult
 from autotune.store.repo import TuningStore
 from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, tune_problem
@@ -32,13 +36,20 @@ def main(url: str, where: str, n: int, trials: int) -> None:
             count["evaluate"] += 1
             if where == "evaluate" and count["evaluate"] == n:
                 die()
-            return super().evaluate(*args, **kwargs)
+            result: TrialResult = super().evaluate(*args, **kwargs)
+            if where == "failed" and count["evaluate"] == n:
+                return TrialResult(result.config, Status.FAILED_VALIDATION,
+                                   "output disagrees with the reference (injected)",
+                                   build_key=result.build_key)
+            return result
 
     class KilledStore(TuningStore):
-        def record_trial(self, *args: Any, **kwargs: Any) -> int:
-            row = super().record_trial(*args, **kwargs)
+        def record_trial(self, device: Any, problem: Any, result: TrialResult,
+                         **kwargs: Any) -> int:
+            row = super().record_trial(device, problem, result, **kwargs)
             count["recorded"] += 1
-            if where == "recorded" and count["recorded"] == n:
+            if where == "recorded" and count["recorded"] == n or (
+                    where == "failed" and not result.ok):
                 die()
             return row
 
