@@ -16,6 +16,7 @@ never held against a config.
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,15 @@ INFRASTRUCTURE_BATCHES = 3
 # Proposals in a row that were invalid or already known, after which the strategy is taken to
 # have nothing new to offer.
 STALE_ASKS = 200
+# Repeats in a row after which a config of a build not yet measured, at random, goes on the
+# study's queue. TPE can settle on the incumbent's build and propose only its launch values,
+# all of them timed: decode90 on B1 H64/8 Lq16 Lk8k (H200, 2026-12-03) made 6 of its 10
+# builds, then 200 repeats in a row, and the search stopped with most of the space untried.
+# 10 is more than one build's launch values (decode's 7 split counts, all timed by the sweep):
+# a sampler that only revisits the incumbent's build gets a new build every 10 proposals. The
+# pick is seeded by the search's seed (`fresh_picks`), so a replayed session is reproducible;
+# it goes through the loop like any proposal, so it counts against the budget.
+REPEATS_BEFORE_FRESH = 10
 
 
 class InfrastructureError(RuntimeError):
@@ -156,6 +166,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                 and time.monotonic() - start > settings.time_budget_s)
 
     stale_asks = 0
+    repeats = 0  # repeats in a row (REPEATS_BEFORE_FRESH)
+    fresh_picks = random.Random(settings.seed)
     infrastructure = 0  # consecutive trials lost to the machinery
     def counted() -> int:  # what `budget` counts: configs, or builds when launch values sweep
         return progress.evaluated - progress.swept
@@ -215,6 +227,14 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                                        "an earlier trial of this config failed"))
                 progress.repeated += 1
                 stale_asks += 1
+                repeats += 1
+                # Not past STALE_ASKS (the loop ends there: a pick would be left queued), and
+                # not for grid, which walks its own queue of every valid config.
+                if (repeats % REPEATS_BEFORE_FRESH == 0 and stale_asks < STALE_ASKS
+                        and settings.sampler != "grid"):
+                    fresh = _unmeasured(space, by_digest, known, pending)
+                    if fresh:
+                        study.enqueue([fresh_picks.choice(fresh)])
                 continue
             if settings.reuse:
                 previous = store.find_trial(device, problem, config, backend.build_key(config))
@@ -222,7 +242,7 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                     tell(proposal, Outcome(Status.REUSED, previous.median_us))
                     progress.reused += 1
                     continue
-            stale_asks = 0
+            stale_asks = repeats = 0
             pending.append(proposal)
         if not pending:
             if exhausted or stale_asks >= STALE_ASKS:
@@ -262,6 +282,17 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
     return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
                         progress.failed, progress.pruned, progress.reused, measured,
                         progress.repeated, optuna_trials, progress.swept)
+
+
+def _unmeasured(space: Space, valid: dict[str, ValidConfig], known: dict[str, float | None],
+                pending: list[Proposal]) -> list[ValidConfig]:
+    """Valid configs neither measured nor pending, those of builds nothing measured yet if
+    any are left (in the space's order, so a seeded pick is reproducible)."""
+    taken = set(known) | {p.config.digest for p in pending}
+    untried = [c for d, c in valid.items() if d not in taken]
+    built = {space.build_view(valid[d]).digest for d in taken if d in valid}
+    unbuilt = [c for c in untried if space.build_view(c).digest not in built]
+    return unbuilt or untried
 
 
 def _launch_siblings(space: Space, config: Config, valid: dict[str, ValidConfig]

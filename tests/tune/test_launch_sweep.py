@@ -73,3 +73,56 @@ def test_a_resumed_session_counts_the_builds_it_ran(backend: ReplayBackend,
     again = tune_problem(problem, backend, store, _settings(trials=3, seed=1, resume=True))
     [family] = again.families
     assert (family.evaluated, family.swept) == (len(SPLITS), len(SPLITS) - 1), family
+
+
+class _SettledSampler:
+    """A sampler that has settled on one config, as TPE can on the incumbent's build: every
+    proposal is that config (queued trials still come first, as Optuna asks them before any
+    sampler)."""
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self.values = values
+
+    def infer_relative_search_space(self, study: object, trial: object) -> dict[str, object]:
+        return {}
+
+    def sample_relative(self, study: object, trial: object,
+                        space: dict[str, object]) -> dict[str, object]:
+        return {}
+
+    def sample_independent(self, study: object, trial: object, name: str,
+                           distribution: object) -> object:
+        return self.values[name]
+
+    def before_trial(self, study: object, trial: object) -> None:
+        pass
+
+    def after_trial(self, study: object, trial: object, state: object, values: object) -> None:
+        pass
+
+    def reseed_rng(self) -> None:
+        pass
+
+
+def test_a_sampler_settled_on_one_build_still_gets_its_budget_of_builds(
+        backend: ReplayBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every launch value of the build the sampler keeps proposing is timed, its
+    proposals are all repeats: configs of builds not yet measured are queued among them, so
+    the search makes its `trials` builds instead of stopping after 200 repeats."""
+    import autotune.tune.loop as loop
+    from autotune.model.target import Target
+
+    problem = backend.problems[0]
+    space = load_space("decode")
+    target: Target = backend.target()
+    settled = next(iter(space.valid_configs(target, problem.space_values())))
+    values = {p.name: settled[p.name] for p in space.tunable_params}
+    monkeypatch.setattr(loop, "sampler_for", lambda *args: _SettledSampler(values))
+    store = TuningStore(f"sqlite:///{tmp_path}/t.db")
+    outcome = tune_problem(problem, backend, store, _settings(trials=4, seed=1))
+    [family] = outcome.families
+    builds = {json.dumps({k: v for k, v in dict(row["config"]).items()  # type: ignore[call-overload]
+                          if k != "num_splits"}, sort_keys=True)
+              for row in _search_rows(store, problem)}
+    assert len(builds) == 4, (len(builds), family.repeated)
+    assert family.repeated < loop.STALE_ASKS
