@@ -82,6 +82,11 @@
 #                                              # check beside racecheck + synccheck on its
 #                                              # structural variants, then the decode bench of
 #                                              # the Lq >= 4 problems, both families searched
+#   UNTIL=540 bash benchmarks/h200_evidence.sh b8retune  # decode_bound.py, the GPU tests of
+#                                              # sm80, tuning, timing and decode dispatch, then
+#                                              # decode_b8_retune.toml tuned with decode90
+#                                              # (.tuning and .c90pack carried; ALT=1 checks
+#                                              # the re-tuned problems against SDPA)
 #   UNTIL=540 bash benchmarks/h200_evidence.sh decodekv  # decode90 on KV caches: BENCH=1 the
 #                                              # whole decode bench, then decode-tuning's cache
 #                                              # kinds (DENSE1=1: and its dense Lq=1 problems)
@@ -825,6 +830,41 @@ decodeb1)
   fi
   copy_db .tuning/h200.db "$f/h200.db"
   tar czf "$OUT/decodeb1.tgz" -C "$OUT" decodeb1
+  ;;
+b8retune)
+  # Issue 15, one call: BOUND=1 benchmarks/decode_bound.py (what the timing rule lets any kernel
+  # reach on the rows short of a target: the floor, a pure read and a copy of K and V, against
+  # attention() and SDPA); TESTS=1 the GPU tests of the sm80 family, tuning, timing and decode
+  # dispatch; ALT=1 attention() from .tuning/h200.db (the re-tuned problems) against SDPA
+  # alternated on ALT_SHAPES; then SHAPES tuned with decode90 beside SDPA's backends
+  # (--skip-tuned, .tuning/h200.db carried between calls) until UNTIL - 40 s.
+  f=$OUT/b8retune; mkdir -p "$f" .tuning; unpack_cubins; t0=$(date +%s)
+  shapes=${SHAPES:-benchmarks/configs/decode_b8_retune.toml}
+  if [ "${BOUND:-1}" = 1 ]; then
+    timeout 150 python3 benchmarks/decode_bound.py --json "$f/decode_bound_h200.json" \
+      > "$f/decode_bound_h200.txt" 2>&1
+    echo "bound rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-160 "$f/decode_bound_h200.txt"
+  fi
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 \
+      tests/gpu/test_sm80_gpu.py tests/gpu/test_tuning_gpu.py tests/gpu/test_timing_gpu.py \
+      tests/gpu/test_decode_dispatch_gpu.py > "$f/pytest_gpu.txt" 2>&1
+    echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_gpu.txt"
+  fi
+  if [ "${ALT:-0}" = 1 ]; then
+    timeout 250 python3 benchmarks/alternating_check.py --db "sqlite:///$PWD/.tuning/h200.db" \
+      --shapes "${ALT_SHAPES:-$shapes}" --spin-cycles 400000 --json "$f/alternating.json" \
+      > "$f/alternating.txt" 2>&1
+    echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating.txt"
+  fi
+  left=$(( ${UNTIL:-540} - 40 - ($(date +%s) - t0) ))
+  if [ "$left" -gt 40 ]; then
+    python3 -m autotune.cli tune --shapes "$shapes" --family decode90 --trials "${TRIALS:-10}" \
+      --rerank-top 3 --skip-tuned --stop-after "$left" --db "sqlite:///$PWD/.tuning/h200.db" \
+      --json "$f/tune_$t0.json" --quiet > "$f/tune_$t0.txt" 2>&1
+    echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n 24 "$f/tune_$t0.txt" | cut -c1-160
+  fi
+  copy_db .tuning/h200.db "$f/h200.db"
   ;;
 decodekv)
   # Issue 15, decode90 reading KV caches, one call: BENCH=1 the whole decode bench (both families searched on
