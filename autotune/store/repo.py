@@ -7,6 +7,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, TypeVarTuple, cast
 
@@ -313,25 +314,10 @@ class TuningStore:
                    build_key: str | None) -> TrialResult | None:
         """The latest timed measurement of this (device, problem, config, build), if any; a
         newer row whose time cannot be one is refused by name and the next one taken."""
-        with self._transaction() as s:
-            query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
-                     .where(*same_gpu(device), KernelConfig.digest == config.digest,
-                            ProblemRow.id == self._problem(s, problem).id,
-                            Measurement.status == Status.OK)
-                     .order_by(Measurement.id.desc()))
-            if build_key is not None:
-                query = query.join(Build, Measurement.build_id == Build.id).where(
-                    Build.artifact_key == build_key)
-            for row in s.scalars(query):
-                try:
-                    self._timing_of(row)
-                except BrokenRow as exc:
-                    _log.warning("%s: not reused", exc)
-                    continue
-                return TrialResult(config, Status.OK, row.reason, row.median_us, row.p20_us,
-                                   row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
-                                   build_key, reused=True, env=_env_of(row))
-            return None
+        found = self._latest_measurement(device, problem, config, build_key,
+                                         Measurement.status == Status.OK)
+        # The config and build as asked, not as the row names them (no key: any build was)
+        return replace(found, config=config, build_key=build_key) if found is not None else None
 
     def find_failure(self, device: DeviceInfo, problem: Problem, config: Config,
                      build_key: str) -> TrialResult | None:
@@ -339,13 +325,23 @@ class TuningStore:
         any, with its status and reason: what a process that stored it and was gone before it
         told its study found (tune.study settles that trial with it). Never a reason to skip a
         config elsewhere: find_trial reuses times only."""
+        return self._latest_measurement(device, problem, config, build_key,
+                                        Measurement.status != Status.OK)
+
+    def _latest_measurement(self, device: DeviceInfo, problem: Problem, config: Config,
+                            build_key: str | None, outcome: ColumnElement[bool]
+                            ) -> TrialResult | None:
+        """The latest measurement of this (device, problem, config) on the GPU model, of the
+        build `build_key` (None: any), whose row meets `outcome`; a newer row that cannot be
+        read back (BrokenRow) is refused by name and the next one taken."""
         with self._transaction() as s:
             query = (select(Measurement).join(Device).join(ProblemRow).join(KernelConfig)
-                     .join(Build, Measurement.build_id == Build.id)
                      .where(*same_gpu(device), KernelConfig.digest == config.digest,
-                            ProblemRow.id == self._problem(s, problem).id,
-                            Build.artifact_key == build_key, Measurement.status != Status.OK)
+                            ProblemRow.id == self._problem(s, problem).id, outcome)
                      .order_by(Measurement.id.desc()))
+            if build_key is not None:
+                query = query.join(Build, Measurement.build_id == Build.id).where(
+                    Build.artifact_key == build_key)
             for row in s.scalars(query):
                 try:
                     return self._timing_of(row)

@@ -200,8 +200,11 @@ class GridSearch:
         off the queue this session counted, then give them up ("interrupted" on LeaseLost, or
         left RUNNING if it is killed). Without this, the last asks found the queue empty and
         the item ended with those configs never measured (once in the 8-worker kill rounds,
-        tests/faults/test_fault_rounds.py). One a killed worker stored before it could tell the
-        study is reused, not timed again (the loop looks each config up in the store first)."""
+        tests/faults/test_fault_rounds.py)."""
+        # A worker killed after storing a config's outcome left its trial RUNNING: settled with
+        # that outcome first, the config counts as run. Queued again, a stored failure would be
+        # measured twice (the loop reuses stored times, not failures).
+        self._study.settle_abandoned_again()
         taken = self._study.taken()
         lost = [c for c in self._todo if c.digest not in self._asked and c.digest not in taken]
         if not lost:

@@ -103,6 +103,8 @@ class Study:
         self._distributions: dict[str, BaseDistribution] = {
             p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
         self._running: dict[int, Any] = {}  # asked here and not told yet: number -> Trial
+        # Where `settle_abandoned` last looked up what gone processes stored
+        self._outcomes: tuple[TuningStore, DeviceInfo, Problem] | None = None
 
     # -- what earlier sessions left --------------------------------------------------------
 
@@ -113,37 +115,60 @@ class Study:
         its database connection broke (`abandon_running`): told the outcome their process
         already stored in the database (a value, or the config's failure), else failed as
         "interrupted" with the reason. A trial of a live process (beating, or on this host and
-        running) is never touched."""
+        running) is never touched. `settle_abandoned_again` settles with the same store."""
         import optuna
         from optuna.trial import TrialState
 
+        self._outcomes = (store, device, problem)
         study = self._study
-        stale = set(self._storage._get_stale_trial_ids(study._study_id)
-                    if self._storage is not None else ())
-        now = datetime.now()  # Optuna stamps a trial's start in local time
+        stale, now = self._stale_ids(), datetime.now()
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.from_json(frozen.user_attrs.get("owner"))
-            if frozen._trial_id in _abandoned:
-                why = "its process lost the database connection while running it"
-            elif owner is None:
-                # A process names itself on a trial right after asking it: one that has no
-                # name long after its start was asked by a process killed in between.
-                started = frozen.datetime_start
-                if started is None or (now - started).total_seconds() < ORPHAN_S:
-                    continue
-                why = (f"its process died between asking it (at {started:%Y-%m-%d %H:%M:%S}) "
-                       "and naming itself on it")
-            elif is_gone(owner):
-                why = f"{owner.describe()} died before this trial finished"
-            elif frozen._trial_id in stale:
-                why = (f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
-                       "process or its host died, or lost the database)")
-            else:
+            why = self._left_behind(frozen, owner, stale, now)
+            if why is None:
                 continue
             try:
                 self._settle(study, frozen, owner, why, store, device, problem)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another session settled it first
+
+    def settle_abandoned_again(self) -> None:
+        """`settle_abandoned` once more, mid-session, with the store, device and problem it was
+        last given (none yet: nothing to look outcomes up in, so nothing is settled). The queue
+        is shared: a process that took a config off it may have died since, its outcome stored
+        and its trial left RUNNING."""
+        if self._outcomes is not None:
+            self.settle_abandoned(*self._outcomes)
+
+    def _stale_ids(self) -> set[int]:
+        """Ids of the study's RUNNING trials whose last heartbeat is older than GRACE_S, by
+        the database's clock (none in memory: no heartbeats)."""
+        if self._storage is None:
+            return set()
+        return set(self._storage._get_stale_trial_ids(self._study._study_id))
+
+    @staticmethod
+    def _left_behind(frozen: Any, owner: Owner | None, stale: set[int],
+                     now: datetime) -> str | None:
+        """Why no process runs this RUNNING trial (of `owner`) any more, or None while its
+        process may still run it. `stale`: `_stale_ids()`; `now`: local time, as Optuna stamps
+        a trial's start."""
+        if frozen._trial_id in _abandoned:
+            return "its process lost the database connection while running it"
+        if owner is None:
+            # A process names itself on a trial right after asking it: one that has no name
+            # long after its start was asked by a process killed in between.
+            started = frozen.datetime_start
+            if started is None or (now - started).total_seconds() < ORPHAN_S:
+                return None
+            return (f"its process died between asking it (at {started:%Y-%m-%d %H:%M:%S}) "
+                    "and naming itself on it")
+        if is_gone(owner):
+            return f"{owner.describe()} died before this trial finished"
+        if frozen._trial_id in stale:
+            return (f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
+                    "process or its host died, or lost the database)")
+        return None
 
     @staticmethod
     def _settle(study: Any, frozen: Any, owner: Owner | None, why: str, store: TuningStore,
@@ -168,7 +193,7 @@ class Study:
                 failed = store.find_failure(device, problem, config, build_key)
         value = measured.median_us if measured is not None else None
         by = owner.describe() if owner is not None else "a process"
-        told = f"which did not tell the study ({why}); told by a later session"
+        told = f"which did not tell the study ({why}); told by another session"
         if value is not None:
             trial.set_user_attr("status", Status.OK.value)
             trial.set_user_attr("reason", f"measured by {by}, {told}")
@@ -236,8 +261,7 @@ class Study:
         RUNNING by a process that is gone (or silent, or abandoned by this one)."""
         from optuna.trial import TrialState
 
-        stale = set(self._storage._get_stale_trial_ids(self._study._study_id)
-                    if self._storage is not None else ())
+        stale, now = self._stale_ids(), datetime.now()
         taken: set[str] = set()
         for t in self._study.get_trials(deepcopy=False, states=(
                 TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
@@ -246,8 +270,7 @@ class Study:
                 continue
             if t.state == TrialState.RUNNING:
                 owner = Owner.from_json(t.user_attrs.get("owner"))
-                if (owner is not None and not is_gone(owner) and t._trial_id not in stale
-                        and t._trial_id not in _abandoned):
+                if self._left_behind(t, owner, stale, now) is None:
                     taken.add(digest)
             elif t.state == TrialState.COMPLETE or t.user_attrs.get("status") not in NOT_COUNTED:
                 taken.add(digest)

@@ -22,6 +22,14 @@ from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, tune_problem
 
 RECORDING = Path(__file__).resolve().parents[2] / "tests" / "data" / "sweep_sm80_h200.json"
+INJECTED = "output disagrees with the reference (injected)"
+
+
+def failing_validation(result: TrialResult) -> TrialResult:
+    """`result` turned into a run of its config that failed validation (a stored result, not
+    OK)."""
+    return TrialResult(result.config, Status.FAILED_VALIDATION, INJECTED,
+                       build_key=result.build_key)
 
 
 def die() -> None:
@@ -38,9 +46,7 @@ def main(url: str, where: str, n: int, trials: int) -> None:
                 die()
             result: TrialResult = super().evaluate(*args, **kwargs)
             if where == "failed" and count["evaluate"] == n:
-                return TrialResult(result.config, Status.FAILED_VALIDATION,
-                                   "output disagrees with the reference (injected)",
-                                   build_key=result.build_key)
+                return failing_validation(result)
             return result
 
     class KilledStore(TuningStore):

@@ -23,11 +23,12 @@ from autotune.store.repo import TuningStore
 from autotune.tune.backends import ReplayBackend
 from autotune.tune.search import SearchSettings, study_name, tune_problem
 
+from .killed_session import INJECTED
+
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 GRID: dict[str, Any] = {"sampler": "grid", "rerank_top": 1, "warm_start": 0,
                         "sdpa_finalists": False}
-INJECTED = "output disagrees with the reference (injected)"  # tests/faults/killed_session.py
 
 
 def _search_rows(url: str) -> list[tuple[str, str, str | None]]:
