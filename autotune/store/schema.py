@@ -35,7 +35,7 @@ from weakref import WeakSet
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from .._paths import cache_dir, db_dir
 
@@ -60,8 +60,36 @@ class SchemaOutdated(SchemaError):
 
 class ConnectionLost(StoreError):
     """The connection to the database broke (the server ended it, or the network dropped)
-    inside a transaction, which was rolled back: the same work may be done again on a new
-    connection (the pool makes one)."""
+    inside a transaction, which was rolled back, or while it was being opened: the same work
+    may be done again on a new connection (the pool makes one)."""
+
+
+# SQLSTATEs of a server that ended the session or cannot take one now: connection_exception
+# (class 08), admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now.
+_BROKEN_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+
+
+def _broken(exc: DBAPIError) -> bool:
+    """Whether a SQLAlchemy-wrapped DB-API error is a connection that broke.
+
+    SQLAlchemy marks it `connection_invalidated` when it broke under a Connection. One that
+    breaks while the pool opens it (the connect, or the dialect's first queries on a new
+    engine's first connection) is judged without a connection, and psycopg's dialect then
+    answers "not a disconnect" (sqlalchemy/dialects/postgresql/psycopg.py, is_disconnect):
+    a worker's step that opened a store as the server ended every connection failed its item
+    (tests/faults/test_fault_rounds.py, the dropped-connections case). Those are told by the
+    driver's SQLSTATE (psycopg 3: sqlstate, psycopg2: pgcode; other drivers have neither):
+    one of a broken session, or none at all (the client's own "server closed the connection
+    unexpectedly", "connection refused")."""
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    for name in ("sqlstate", "pgcode"):
+        if hasattr(exc.orig, name):
+            state = getattr(exc.orig, name)
+            return state is None or str(state).startswith(_BROKEN_SQLSTATES)
+    return False
 
 
 def lost_connection(exc: BaseException) -> bool:
@@ -69,8 +97,8 @@ def lost_connection(exc: BaseException) -> bool:
     connection to the database that broke: what a worker retries rather than fails on."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ConnectionLost) or (
-                isinstance(seen, DBAPIError) and seen.connection_invalidated):
+        if isinstance(seen, ConnectionLost) or (isinstance(seen, DBAPIError)
+                                                and _broken(seen)):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -137,7 +165,7 @@ def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
         "locked": "another process holds a write lock for longer than the busy timeout",
     }
     hint = next((h for key, h in hints.items() if key in text), "")
-    error = ConnectionLost if exc.connection_invalidated else StoreError
+    error = ConnectionLost if _broken(exc) else StoreError
     return error(f"the tuning database {describe(url)} cannot be used: {text}"
                       + (f" ({hint})" if hint else ""))
 

@@ -213,3 +213,60 @@ def test_a_worker_runs_a_step_again_when_its_connection_broke_and_only_then(
     with pytest.raises(StoreError):  # any other database error is not retried
         worker_module._reconnecting(flaky, StoreError("the file is not a database"), 1)
     assert len(calls) == 1
+
+
+def test_a_connection_the_server_ends_as_it_opens_is_a_lost_connection() -> None:
+    """SQLAlchemy judges an error raised while the pool opens a connection without one, and
+    psycopg's dialect then says "not a disconnect" (connection_invalidated False): the
+    driver's SQLSTATE tells it. Other database errors, SQLite's among them, are not retried."""
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+
+    from autotune.store.schema import lost_connection
+
+    psycopg = pytest.importorskip("psycopg")
+    errors = psycopg.errors
+
+    def raised(orig: Exception, wrapper: type[DBAPIError] = OperationalError) -> Exception:
+        return wrapper("SELECT 1", {}, orig, connection_invalidated=False)
+
+    assert lost_connection(raised(errors.AdminShutdown("terminating connection due to "
+                                                       "administrator command")))
+    assert lost_connection(raised(psycopg.OperationalError(
+        "consuming input failed: server closed the connection unexpectedly")))
+    assert lost_connection(raised(errors.CannotConnectNow("the database system is starting "
+                                                          "up")))
+    assert not lost_connection(raised(errors.InvalidPassword("password authentication "
+                                                             "failed")))
+    assert not lost_connection(raised(errors.SyntaxError("syntax error"), ProgrammingError))
+    assert not lost_connection(raised(sqlite3.OperationalError("database is locked")))
+
+
+@pytest.mark.postgres
+def test_a_store_whose_connection_is_ended_as_it_opens_is_opened_again_on_postgres(
+        postgres_url: str) -> None:
+    """The server ends a new engine's first connection while the pool opens it (what
+    pg_terminate_backend does to a worker that is opening its store as every connection is
+    ended): a ConnectionLost, which the worker runs again, not a StoreError that failed the
+    item (the dropped-connections fault case, once in CI)."""
+    from sqlalchemy import event
+
+    from autotune.store.schema import ConnectionLost, lost_connection, make_engine
+    from autotune.tune import worker as worker_module
+
+    TuningStore(postgres_url)  # the schema, made
+    engine = make_engine(postgres_url)
+
+    @event.listens_for(engine, "connect")
+    def ended_as_it_opens(dbapi_connection: object, _record: object) -> None:
+        event.remove(engine, "connect", ended_as_it_opens)
+        dbapi_connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")  # type: ignore[attr-defined]
+
+    with pytest.raises(ConnectionLost) as lost:
+        TuningStore(engine=engine)
+    assert lost_connection(lost.value)
+    event.listen(engine, "connect", ended_as_it_opens)
+    store = worker_module._reconnecting(TuningStore, engine=engine)
+    assert store.engine is engine
+    engine.dispose()
