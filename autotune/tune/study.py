@@ -376,14 +376,20 @@ def optuna_storage(url: str | None) -> Any:
     if url is None:
         return None
     import optuna
+    from sqlalchemy.engine import make_url
 
     with _storages_lock:
         storage = _storages.get(url)
         if storage is None:
             with schema_lock(url), warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S,
-                                                     grace_period=GRACE_S)
+                # A server's pooled connection may have been ended while idle: checked at
+                # checkout and replaced, as the tuning store's engine does (schema.make_engine),
+                # rather than failing the next trial's transaction.
+                server = make_url(url).get_backend_name() != "sqlite"
+                storage = optuna.storages.RDBStorage(
+                    url, engine_kwargs={"pool_pre_ping": True} if server else None,
+                    heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
             sqlite_immediate_writes(storage.engine)
             _storages[url] = storage
     return storage

@@ -270,3 +270,26 @@ def test_a_store_whose_connection_is_ended_as_it_opens_is_opened_again_on_postgr
     store = worker_module._reconnecting(TuningStore, engine=engine)
     assert store.engine is engine
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_optunas_pooled_connection_ended_while_idle_is_replaced_on_postgres(
+        postgres_url: str) -> None:
+    """The server ends the connection Optuna's storage keeps idle in its pool (a restart, a
+    network drop, pg_terminate_backend): the next use opens a new one instead of failing, as
+    the tuning store's engine does. Without it one drop cost a worker a reconnect attempt of
+    the few it has per item, on top of the store's."""
+    from sqlalchemy import create_engine, text
+
+    from autotune.tune.study import optuna_storage
+
+    storage = optuna_storage(postgres_url)
+    storage.get_all_studies()  # its connection, now idle in the pool
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        ended = c.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+    admin.dispose()
+    assert ended and ended >= 1
+    assert storage.get_all_studies() == []
