@@ -150,7 +150,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
     seeds = (warm_start_seeds(store, device, problem, space, target, settings)
              if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
              else [])
-    strategy = strategy_for(settings, study, target, known, seeds)
+    strategy = strategy_for(settings, study, target, known, seeds,
+                            settle=lambda: study.settle_abandoned(store, device, problem))
 
     def tell(proposal: Proposal, outcome: Outcome) -> None:
         strategy.tell(proposal, outcome)

@@ -16,7 +16,7 @@ its sampler; the queue is stored, so what one session leaves queued the next ask
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ..model.config import Config, Value
@@ -167,8 +167,10 @@ class GridSearch:
     """Every valid config not measured yet, each once, in the space's order; then None. A
     config lost to the machinery is not proposed again this session (the next one tries it)."""
 
-    def __init__(self, study: Study, target: Target, known: Mapping[str, float | None]) -> None:
+    def __init__(self, study: Study, target: Target, known: Mapping[str, float | None],
+                 settle: Callable[[], None]) -> None:
         self._study = study
+        self._settle = settle
         self._todo = [c for c in study.space.valid_configs(target, study.fixed)
                       if c.digest not in known]
         self._asked: set[str] = set()
@@ -204,7 +206,7 @@ class GridSearch:
         # A worker killed after storing a config's outcome left its trial RUNNING: settled with
         # that outcome first, the config counts as run. Queued again, a stored failure would be
         # measured twice (the loop reuses stored times, not failures).
-        self._study.settle_abandoned_again()
+        self._settle()
         taken = self._study.taken()
         lost = [c for c in self._todo if c.digest not in self._asked and c.digest not in taken]
         if not lost:
@@ -261,12 +263,14 @@ class WarmStart:
 
 
 def strategy_for(settings: SearchSettings, study: Study, target: Target,
-                 known: Mapping[str, float | None], seeds: Iterable[Config] = ()) -> Strategy:
+                 known: Mapping[str, float | None], seeds: Iterable[Config] = (),
+                 settle: Callable[[], None] = lambda: None) -> Strategy:
     """The strategy `settings` name, on a study opened with `sampler_for(settings)`. `known`:
     what the study measured already (by digest); `seeds`: configs to try first (not by grid,
-    which tries everything)."""
+    which tries everything); `settle`: settles the trials of processes gone since the session
+    began (`Study.settle_abandoned`), run by grid before it re-queues lost configs."""
     if settings.sampler == "grid":
-        return GridSearch(study, target, known)
+        return GridSearch(study, target, known, settle)
     strategy: Strategy = SamplerSearch(study)
     if settings.local_search and settings.sampler == "tpe":
         strategy = LocalSearch(strategy, study, target, known)

@@ -103,8 +103,6 @@ class Study:
         self._distributions: dict[str, BaseDistribution] = {
             p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
         self._running: dict[int, Any] = {}  # asked here and not told yet: number -> Trial
-        # Where `settle_abandoned` last looked up what gone processes stored
-        self._outcomes: tuple[TuningStore, DeviceInfo, Problem] | None = None
 
     # -- what earlier sessions left --------------------------------------------------------
 
@@ -115,11 +113,10 @@ class Study:
         its database connection broke (`abandon_running`): told the outcome their process
         already stored in the database (a value, or the config's failure), else failed as
         "interrupted" with the reason. A trial of a live process (beating, or on this host and
-        running) is never touched. `settle_abandoned_again` settles with the same store."""
+        running) is never touched."""
         import optuna
         from optuna.trial import TrialState
 
-        self._outcomes = (store, device, problem)
         study = self._study
         stale, now = self._stale_ids(), datetime.now()
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -131,14 +128,6 @@ class Study:
                 self._settle(study, frozen, owner, why, store, device, problem)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another session settled it first
-
-    def settle_abandoned_again(self) -> None:
-        """`settle_abandoned` once more, mid-session, with the store, device and problem it was
-        last given (none yet: nothing to look outcomes up in, so nothing is settled). The queue
-        is shared: a process that took a config off it may have died since, its outcome stored
-        and its trial left RUNNING."""
-        if self._outcomes is not None:
-            self.settle_abandoned(*self._outcomes)
 
     def _stale_ids(self) -> set[int]:
         """Ids of the study's RUNNING trials whose last heartbeat is older than GRACE_S, by
