@@ -128,6 +128,12 @@ def _target() -> Any:
     return target_for_arch(cc[0] * 10 + cc[1])
 
 
+def roofline_us(problem: Problem, copy_bw: float) -> float:
+    """The issue's roofline as a time: min(680 TFLOP/s, FLOP per byte x the copy bandwidth
+    `copy_bw` (TB/s) measured in the same run)."""
+    return max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
+
+
 def copy_tb_per_s() -> float:
     """Read + write bytes per second of a 4 GiB device-to-device copy (median of 20)."""
     src = torch.empty(2 << 30, dtype=torch.int16, device="cuda")
@@ -194,10 +200,9 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
         calls["combine_entry"] = partial(_first, kernel.with_kvcache, q, k, v,
                                          num_splits=int(best_splits), cluster_combine=False)
     final = alternating(calls)
-    # The roofline: min(680 TFLOP/s, FLOP per byte x the copy bandwidth), as a time.
-    roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
+    roofline = roofline_us(problem, copy_bw)
     top = fastest(search)
-    rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline_us,
+    rows = [row(problem, "contiguous", final["ours"], final["sdpa"], copy_bw, roofline,
                 config_json, int(best_splits), rel, search[best].median_us, search_top=top,
                 candidates=len(search), cluster=clustered,
                 **({"combine_entry_us": round(final["combine_entry"], 2)} if clustered else {}))]
@@ -224,7 +229,7 @@ def run_problem(problem: Problem, copy_bw: float, with_pages: bool) -> list[dict
             t = alternating({"paged": own, "ours": ours, "sdpa": sdpa,
                              "paged_contiguous_config": same_config})
             rows.append(row(problem, f"paged{page_size}", t["paged"], t["sdpa"], copy_bw,
-                            roofline_us, paged_best, json.loads(paged_best)["num_splits"], rel,
+                            roofline, paged_best, json.loads(paged_best)["num_splits"], rel,
                             paged_search[paged_best].median_us, contiguous_us=t["ours"],
                             paged_vs_contiguous=round(t["ours"] / t["paged"], 3),
                             paged_contiguous_config_us=t["paged_contiguous_config"],
@@ -279,8 +284,8 @@ def seqlens_row(problem: Problem, blhd: tuple[torch.Tensor, ...],
     got, want = call().float(), sdpa().transpose(1, 2).float()
     rel = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
     t = alternating({"seqlens": call, "sdpa": sdpa})
-    roofline_us = max(kind.flops / 680e12, kind.bytes / (copy_bw * 1e12)) * 1e6
-    return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline_us, best,
+    roofline = roofline_us(kind, copy_bw)
+    return row(kind, "seqlens", t["seqlens"], t["sdpa"], copy_bw, roofline, best,
                json.loads(best)["num_splits"], rel, search[best].median_us)
 
 

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from alternating_check import _sdpa  # noqa: E402
-from decode_bench import alternating, copy_tb_per_s  # noqa: E402
+from decode_bench import alternating, copy_tb_per_s, roofline_us  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.model import Problem  # noqa: E402
@@ -77,15 +77,15 @@ def main() -> int:
         problem = Problem(b, hq, hkv, lq, lk, 128, "bf16", causal)
         calls = {"fill": fill.zero_, **calls_for(problem)}
         us = alternating(calls)
-        roofline_us = max(problem.flops / 680e12, problem.bytes / (copy_bw * 1e12)) * 1e6
+        roofline = roofline_us(problem, copy_bw)
         stream_us = min(us["read"], us["copy"])
         rows.append({
             "shape": problem.describe(), "problem": problem.as_dict(),
             "us": {name: round(t, 2) for name, t in us.items()},
-            "roofline_us": round(roofline_us, 2),
-            "fraction": {name: round(roofline_us / us[name], 3)
+            "roofline_us": round(roofline, 2),
+            "fraction": {name: round(roofline / us[name], 3)
                          for name in ("read", "copy", "attention", "sdpa")},
-            "best_fraction": round(roofline_us / stream_us, 3),
+            "best_fraction": round(roofline / stream_us, 3),
             "read_tb_s": round(problem.bytes / us["read"] / 1e6, 3),
         })
         torch.cuda.empty_cache()

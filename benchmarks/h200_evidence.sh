@@ -151,6 +151,14 @@ precompile_start() { local pack; [ -n "${PRECOMPILE:-}" ] || return 0; mkdir -p 
 precompile_pack() { [ -n "${PRECOMPILE:-}" ] || return 0; wait
   python3 benchmarks/pack_cubins.py "$OUT/pre_d${PRECOMPILE// /_}.tgz" --cache /tmp/pre \
     --family sm90 --head-dim $PRECOMPILE; }
+# tune_decode90 SHAPES LEFT TRIALS STEM LINES: SHAPES searched with decode90 beside SDPA's
+# backends into .tuning/h200.db (--skip-tuned: each problem once over calls) for at most LEFT
+# seconds, if more than 40 are left; STEM.json and STEM.txt, the last LINES lines shown.
+tune_decode90() { [ "$2" -gt 40 ] || return 0
+  python3 -m autotune.cli tune --shapes "$1" --family decode90 --trials "$3" --rerank-top 3 \
+    --skip-tuned --stop-after "$2" --db "sqlite:///$PWD/.tuning/h200.db" --json "$4.json" \
+    --quiet > "$4.txt" 2>&1
+  echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n "$5" "$4.txt" | cut -c1-160; }
 . benchmarks/sanitize_variants.sh  # sanitize_variants LIST OUT [PARALLEL] [TIMEOUT]
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
 case "${1:?stage}" in
@@ -822,12 +830,7 @@ decodeb1)
     echo "alternating rc $? at $(( $(date +%s) - t0 )) s"; cut -c1-150 "$f/alternating_b1.txt"
   fi
   left=$(( ${UNTIL:-540} - 70 - ($(date +%s) - t0) ))
-  if [ "$left" -gt 40 ]; then
-    python3 -m autotune.cli tune --shapes "$shapes" --family decode90 --trials "${TRIALS:-8}" \
-      --rerank-top 3 --skip-tuned --stop-after "$left" --db "sqlite:///$PWD/.tuning/h200.db" \
-      --json "$f/tune_b1_$t0.json" --quiet > "$f/tune_b1_$t0.txt" 2>&1
-    echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n 20 "$f/tune_b1_$t0.txt" | cut -c1-160
-  fi
+  tune_decode90 "$shapes" "$left" "${TRIALS:-8}" "$f/tune_b1_$t0" 20
   copy_db .tuning/h200.db "$f/h200.db"
   tar czf "$OUT/decodeb1.tgz" -C "$OUT" decodeb1
   ;;
@@ -854,12 +857,7 @@ b8retune)
   fi
   alt_s=0; [ "${ALT:-0}" = 1 ] && alt_s=${ALT_S:-200}
   left=$(( ${UNTIL:-540} - 40 - alt_s - ($(date +%s) - t0) ))
-  if [ "$left" -gt 40 ]; then
-    python3 -m autotune.cli tune --shapes "$shapes" --family decode90 --trials "${TRIALS:-10}" \
-      --rerank-top 3 --skip-tuned --stop-after "$left" --db "sqlite:///$PWD/.tuning/h200.db" \
-      --json "$f/tune_$t0.json" --quiet > "$f/tune_$t0.txt" 2>&1
-    echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n 24 "$f/tune_$t0.txt" | cut -c1-160
-  fi
+  tune_decode90 "$shapes" "$left" "${TRIALS:-10}" "$f/tune_$t0" 24
   if [ "${ALT:-0}" = 1 ]; then  # on a copy: dispatch fills it with db/'s other problems
     copy_db .tuning/h200.db /tmp/alt.db
     timeout "$alt_s" python3 benchmarks/alternating_check.py --db "sqlite:////tmp/alt.db" \
