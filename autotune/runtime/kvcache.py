@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..build.obtain import obtain
@@ -30,6 +30,7 @@ from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
 from .attention import dispatcher, generation
+from .kv_append import AppendPlan, plan_append
 
 if TYPE_CHECKING:
     import torch
@@ -42,10 +43,21 @@ MAX_SPLITS = 128
 
 _kernels: dict[tuple[str, int], CompiledKernel] = {}
 _resolved: dict[tuple[Any, ...], tuple[CompiledKernel, int]] = {}
-# The geometry of every tensor argument and the flags -> the launch made for them. Filled on
-# the first call of each geometry; a later call checks pointer alignment and launches (at B=1
-# the kernel runs for ~20 us: the host work of a call must stay well under that).
-_prepared: dict[tuple[Any, ...], PreparedLaunch] = {}
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a repeated call of one geometry reuses: the kernel's launch and, for a call that
+    appends, the append's index constants."""
+
+    launch: PreparedLaunch
+    append: AppendPlan | None
+
+
+# The geometry of every tensor argument and the flags -> what was made for them. Filled on
+# the first call of each geometry; a later call checks pointer alignment, appends and launches
+# (at B=1 the kernel runs for ~20 us: the host work of a call must stay well under that).
+_prepared: dict[tuple[Any, ...], _Prepared] = {}
 _sm_counts: dict[int, int] = {}
 _lock = threading.Lock()
 
@@ -109,27 +121,14 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
             v_new: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
-            layout: str) -> torch.Tensor:
+            layout: str, plan: AppendPlan | None = None) -> torch.Tensor:
     """Write the new rows at each sequence's end (device-side indices, no host sync); returns
-    the lengths after the append. Rows past the cache's capacity fail torch's device-side
-    bounds check rather than land elsewhere."""
-    import torch
-
-    kn = logical_bhld(k_new, layout)
-    batch, heads_kv, new, _ = kn.shape
-    device = k_cache.device
-    pos = cache_seqlens.long()[:, None] + torch.arange(new, device=device)[None, :]  # [B, new]
-    b_idx = torch.arange(batch, device=device)[:, None, None]
-    h_idx = torch.arange(heads_kv, device=device)[None, :, None]
-    if block_table is None:
-        where = (b_idx, h_idx, pos[:, None, :])
-    else:
-        page_size = logical_bhld(k_cache, layout).shape[2]
-        page = torch.gather(block_table.long(), 1, pos // page_size)
-        where = (page[:, None, :], h_idx, (pos % page_size)[:, None, :])
-    for cache, rows in ((k_cache, k_new), (v_cache, v_new)):
-        logical_bhld(cache, layout).index_put_(where, logical_bhld(rows, layout))
-    return (cache_seqlens + new).to(torch.int32)
+    the lengths after the append. `plan`: the memo's for this geometry (None: made here, for a
+    one-off call). Rows past the cache's capacity fail torch's device-side bounds check rather
+    than land elsewhere (kv_append says how)."""
+    if plan is None:
+        plan = plan_append(k_cache, v_cache, k_new, block_table, layout)
+    return plan.write(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
 
 
 def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
@@ -288,25 +287,28 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
                       dtype_name(q.dtype), causal, kind)
     kernel, splits = _resolve(problem, q.device.index or 0, config)
-    prepared = kernel.prepare_kvcache(q, k_cache, v_cache, block_table=block_table, scale=scale,
-                                      layout=layout,
-                                      num_splits=splits if num_splits is None else num_splits)
+    launch = kernel.prepare_kvcache(q, k_cache, v_cache, block_table=block_table, scale=scale,
+                                    layout=layout,
+                                    num_splits=splits if num_splits is None else num_splits)
+    append = (plan_append(k_cache, v_cache, k_new, block_table, layout)
+              if k_new is not None else None)
+    prepared = _Prepared(launch, append)
     if key is not None:
         _prepared[key] = prepared
     return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
                    return_lse, layout)
 
 
-def _attend(prepared: PreparedLaunch, q: torch.Tensor, k_cache: torch.Tensor,
+def _attend(prepared: _Prepared, q: torch.Tensor, k_cache: torch.Tensor,
             v_cache: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
             cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
             return_lse: bool, layout: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The append, if any, then the prepared launch (arguments already checked)."""
     if k_new is not None and v_new is not None and cache_seqlens is not None:
         cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                layout)
-    return prepared.run(q, k_cache, v_cache, return_lse=return_lse, seqlens=cache_seqlens,
-                        block_table=block_table)
+                                layout, prepared.append)
+    return prepared.launch.run(q, k_cache, v_cache, return_lse=return_lse,
+                               seqlens=cache_seqlens, block_table=block_table)
 
 
 def _resolve(problem: Problem, device: int, config: Config | None
