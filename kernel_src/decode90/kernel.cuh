@@ -400,30 +400,11 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
       }
     }
   };
-  // Ping-pong (Traits::kPingPong): the consumer warpgroups take turns to issue their wgmmas,
-  // on named barriers 4 and 5 (1-3 are the consumers' own): warpgroup c waits for turn 4 + c,
-  // issues, and hands the turn to the other. The tensor cores then run one warpgroup's GEMMs
-  // while the other's softmax runs. Both take the same turns (same tiles); warpgroup 1's last
-  // hand-over is never waited for, as in the sm90 family.
-  const int consumer = tid / 128;
-  auto my_turn = [&]() {
-    if constexpr (Traits::kPingPong) { cutlass::arch::NamedBarrier::sync(2 * 128, 4 + consumer); }
-  };
-  auto pass_turn = [&]() {
-    if constexpr (Traits::kPingPong) {
-      cutlass::arch::NamedBarrier::arrive(2 * 128, 4 + (consumer ^ 1));
-    }
-  };
-  if constexpr (Traits::kPingPong) {
-    if (consumer == 1) { cutlass::arch::NamedBarrier::arrive(2 * 128, 4); }  // 0 goes first
-  }
   // S(t) and its softmax; with kPrevPV, P V(t-1) runs beside S(t) and is retired after.
   auto scores_softmax = [&](int t, auto prev_pv) {
     constexpr bool kPrevPV = decltype(prev_pv)::value;
-    my_turn();
     issue_qk(t);
     if constexpr (kPrevPV) { issue_pv(t - 1); }
-    pass_turn();
     warpgroup_wait<kPrevPV ? 1 : 0>();
     release(smem.k_empty, t);
     warpgroup_fence_operand(acc_s);
@@ -447,9 +428,7 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
       }
     }
     if constexpr (kOverlap) {
-      my_turn();
       issue_pv(n - 1);
-      pass_turn();
       retire_pv(n - 1);
     }
   }

@@ -22,8 +22,7 @@ using namespace cute;
 inline constexpr int kProducerRegs = 40;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kConsumerWGs_, int kStages_,
-          bool kOverlap_, typename Element_, bool kCausal_, int kCtasPerSm_ = 1,
-          bool kPingPong_ = false>
+          bool kOverlap_, typename Element_, bool kCausal_, int kCtasPerSm_ = 1>
 struct Decode90Traits
     : sm90::FwdTraits<kHeadDim_, kBlockM_, kBlockN_, kConsumerWGs_, kStages_, kProducerRegs,
                       kOverlap_, /*pingpong=*/false, /*persistent=*/false, Element_, kCausal_> {
@@ -42,13 +41,6 @@ struct Decode90Traits
                 "two CTAs per SM need one consumer warpgroup each");
   static_assert(kCtasPerSm * (Base::kSmemBytes + 1024) <= 233472,
                 "ctas_per_sm CTAs of this shared memory exceed an SM's 228 KB");
-  // Ping-pong: the two consumer warpgroups take turns to issue their wgmmas (S of tile t with
-  // P V of tile t-1), so one's softmax runs while the other's GEMMs are on the tensor cores
-  // instead of both waiting on the same GEMMs at once. Own to this family (the sm90 base's
-  // ping-pong also spans work tiles, which a decode CTA has one of).
-  static constexpr bool kPingPong = kPingPong_;
-  static_assert(!kPingPong || (kOverlap_ && kConsumerWGs_ == 2),
-                "pingpong needs overlap and two consumer warpgroups");
   static constexpr int kConsumerRegs =
       kCtasPerSm == 1 ? Base::kConsumerRegs
                       : ((65536 / 128 / kCtasPerSm - kProducerRegs) / kConsumerWGs_) / 8 * 8;

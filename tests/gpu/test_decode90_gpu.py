@@ -40,18 +40,16 @@ pytestmark = [
 ]
 
 def _config(head_dim: int, dtype: str, causal: bool, bm: int, bn: int, wgs: int, stages: int,
-            overlap: bool, ctas_per_sm: int = 1, pingpong: bool = False) -> Config:
+            overlap: bool, ctas_per_sm: int = 1) -> Config:
     return Config.make("decode90", {"head_dim": head_dim, "dtype": dtype, "causal": causal,
                                     "block_m": bm, "block_n": bn, "consumer_wgs": wgs,
                                     "kv_stages": stages, "overlap": overlap,
-                                    "ctas_per_sm": ctas_per_sm, "pingpong": pingpong,
-                                    "num_splits": 1})
+                                    "ctas_per_sm": ctas_per_sm, "num_splits": 1})
 
 
 # Structural variants: 1 and 2 consumer warpgroups, block_m 64/128, block_n 64/128, 2 to 4
 # stages, the overlapped schedule on and off, both head dims and dtypes, both masks, one and
-# two CTAs per SM (the latter with one warpgroup on 64 and on 128 rows), the two warpgroups
-# taking turns on the tensor cores (ping-pong) on both head dims.
+# two CTAs per SM (the latter with one warpgroup on 64 and on 128 rows).
 CONFIGS = [
     _config(128, "bf16", True, 128, 128, 2, 3, True),
     _config(128, "bf16", False, 128, 64, 1, 4, False),
@@ -61,8 +59,6 @@ CONFIGS = [
     _config(64, "fp16", False, 64, 128, 1, 4, True),
     _config(128, "bf16", True, 64, 64, 1, 2, True, ctas_per_sm=2),
     _config(64, "fp16", False, 128, 64, 1, 3, False, ctas_per_sm=2),
-    _config(128, "bf16", True, 128, 128, 2, 2, True, pingpong=True),
-    _config(64, "fp16", False, 128, 64, 2, 3, True, pingpong=True),
 ]
 
 
