@@ -124,6 +124,8 @@
 #                                              # (benchmarks/scale_out.py; carry .whl .c90pack)
 #   bash benchmarks/h200_evidence.sh pingpong  # issue 15: decode90's ping-pong variant tested,
 #                                              # sanitized, probed and profiled (carry .c90pack)
+#   bash benchmarks/h200_evidence.sh epilogue  # issue 15: decode90's epilogue, old kernel and new
+#                                              # (carry .c90pack .oldtree)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
@@ -871,6 +873,41 @@ json.dump(v, open('/tmp/pp_variants.json', 'w'))"
     > "$f/host_overhead_decode_h200.txt" 2>&1
   echo "overhead rc $? at $(( $(date +%s) - t0 )) s"; tail -n 12 "$f/host_overhead_decode_h200.txt"
   cat "$f/tile_probe_h200.txt"
+  ;;
+epilogue)
+  # Issue 15, decode90's epilogue (the partial O swizzled in shared memory, the in-cluster
+  # combine's loads issued an item ahead), one call: benchmarks/decode_tile_probe.py from the
+  # previous kernel's tree (.oldtree: `git archive` of it with this probe copied in, its cubins
+  # carried) and from this one, in turn, twice; then decode90's GPU tests beside racecheck and
+  # synccheck of its structural variants (SANITIZE=1).
+  f=$OUT/epilogue; mkdir -p "$f"; unpack_cubins; t0=$(date +%s); c=$PWD/benchmarks/configs
+  cases=(--case 8,64,8,16 256,8192 "$c/decode90_epilogue_b8h64.json"
+         --case 8,32,8,16 8192 "$c/decode90_epilogue_b8h32.json"
+         --case 1,64,8,16 8192,32768 "$c/decode90_epilogue_b1h64.json")
+  for round in 1 2; do
+    (cd .oldtree && PYTHONPATH=/tmp/site:$PWD timeout 120 python3 benchmarks/decode_tile_probe.py \
+       "${cases[@]}" --causal --json "$f/old_$round.json" > "$f/old_$round.txt" 2>&1)
+    echo "old $round rc $? at $(( $(date +%s) - t0 )) s"
+    timeout 120 python3 benchmarks/decode_tile_probe.py "${cases[@]}" --causal \
+      --json "$f/new_$round.json" > "$f/new_$round.txt" 2>&1
+    echo "new $round rc $? at $(( $(date +%s) - t0 )) s"
+  done
+  python3 -c "import json, sys
+runs = {n: {r['call']: r['us'] for r in json.load(open(f'$f/{n}.json'))['rows']}
+        for n in ('old_1', 'new_1', 'old_2', 'new_2')}
+print(f\"{'call':<66} {'old 1':>8} {'new 1':>8} {'old 2':>8} {'new 2':>8}\")
+for call in runs['old_1']:
+    print(f'{call:<66} ' + ' '.join(f'{runs[n].get(call, 0):8.2f}' for n in runs))" \
+    | tee "$f/old_new_h200.txt"
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    (sanitize_variants benchmarks/configs/decode90_structural_variants.json \
+       "$f/sanitize_decode90.txt" 4 240) &
+    timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=5 \
+      tests/gpu/test_decode90_gpu.py > "$f/pytest_decode90.txt" 2>&1
+    echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_decode90.txt"
+    wait; grep -cE "0 hazards displayed|ERROR SUMMARY: 0 errors" "$f/sanitize_decode90.txt"
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$f/sanitize_decode90.txt" | sort | uniq -c
+  fi
   ;;
 b8retune)
   # Issue 15, one call: BOUND=1 benchmarks/decode_bound.py (what the timing rule lets any kernel

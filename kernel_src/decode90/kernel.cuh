@@ -91,7 +91,7 @@ __forceinline__ __device__ SplitTile split_tile(FwdParams const& p) {
 }
 
 // The in-cluster combine's partials, over shared memory the main loop no longer needs: O
-// (fp32, row-major [kBlockM][kHeadDim]) over the K and V rings, LSE over the Q tile.
+// (fp32, [kBlockM][kHeadDim], see partial_offset) over the K and V rings, LSE over the Q tile.
 template <typename Traits>
 __forceinline__ __device__ float* partial_o(typename Traits::SharedStorage& smem) {
   using Storage = typename Traits::SharedStorage;
@@ -101,6 +101,17 @@ __forceinline__ __device__ float* partial_o(typename Traits::SharedStorage& smem
                     sizeof(float) * Traits::kBlockM * Traits::kHeadDim,
                 "the K and V rings must hold a tile of fp32 O");
   return reinterpret_cast<float*>(smem.k.data());
+}
+
+// Where (row r, column c) of the partial O lies: row-major with the 8-column blocks of each row
+// XOR-swizzled by the row's low 3 bits. The epilogue stores 8 rows x 8 columns per warp
+// instruction (the wgmma accumulator's layout): unswizzled, those 8 rows of a 512-byte stride
+// fall on the same banks (8 wavefronts where 2 carry the bytes). The combine reads whole rows,
+// so it is conflict-free either way. Pairs and quads of columns stay contiguous.
+template <int kHeadDim>
+__forceinline__ __device__ int partial_offset(int r, int c) {
+  static_assert(kHeadDim >= 64, "the swizzle spans 64 columns");
+  return r * kHeadDim + (c ^ ((r & 7) << 3));
 }
 
 template <typename Traits>
@@ -128,8 +139,11 @@ __forceinline__ __device__ float4 load_peer4(const float* local, uint32_t rank) 
 }
 
 // The cluster's splits of one tile reduced by their LSE weights, as the combine entry does: the
-// tile's (row, 4 columns) items are dealt over the cluster's consumer threads. A row no split
-// saw a key of gets O = 0 and LSE = -inf.
+// tile's (row, 4 columns) items are dealt over the cluster's consumer threads (a warp takes one
+// row's 32 chunks). A row no split saw a key of gets O = 0 and LSE = -inf. Each split leaves
+// all its rows (zeros where it saw no key), so the loads need no LSE first: an item's loads are
+// issued one item ahead of its arithmetic, which hides the latency of distributed shared memory
+// behind the previous item instead of waiting for it twice per item.
 template <typename Traits>
 __forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
                                                    typename Traits::SharedStorage& smem,
@@ -141,39 +155,47 @@ __forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
   const float* o_local = partial_o<Traits>(smem);
   const float* lse_local = partial_lse<Traits>(smem);
   const int splits = p.num_splits;
-  const int first = int(cute::block_rank_in_cluster()) * kThreads + tid;
-  for (int item = first; item < w.q_rows * kChunks; item += splits * kThreads) {
+  const int items = w.q_rows * kChunks;
+  const int stride = splits * kThreads;
+  struct Partials {
+    float lse[kMaxClusterSplits];
+    float4 o[kMaxClusterSplits];
+  };
+  auto fetch = [&](int item, Partials& f) {
     const int r = item / kChunks;
     const int d = item % kChunks * 4;
-    float lse_of[kMaxClusterSplits];
-    float m = -INFINITY;
     CUTE_UNROLL
     for (int s = 0; s < kMaxClusterSplits; ++s) {
-      lse_of[s] = s < splits ? load_peer(lse_local + r, uint32_t(s)) : -INFINITY;
-      m = fmaxf(m, lse_of[s]);
+      f.lse[s] = s < splits ? load_peer(lse_local + r, uint32_t(s)) : -INFINITY;
+      f.o[s] = s < splits ? load_peer4(o_local + partial_offset<kHeadDim>(r, d), uint32_t(s))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+  };
+  Partials current, next;
+  int item = int(cute::block_rank_in_cluster()) * kThreads + tid;
+  if (item < items) { fetch(item, current); }
+  for (; item < items; item += stride) {
+    if (item + stride < items) { fetch(item + stride, next); }
+    const int r = item / kChunks;
+    const int d = item % kChunks * 4;
+    float m = -INFINITY;
+    CUTE_UNROLL
+    for (int s = 0; s < kMaxClusterSplits; ++s) { m = fmaxf(m, current.lse[s]); }
     float sum = 0.f;
     CUTE_UNROLL
     for (int s = 0; s < kMaxClusterSplits; ++s) {
-      if (lse_of[s] != -INFINITY) { sum += __expf(lse_of[s] - m); }
+      if (current.lse[s] != -INFINITY) { sum += __expf(current.lse[s] - m); }
     }
     const float lse = m == -INFINITY ? -INFINITY : m + __logf(sum);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lse != -INFINITY) {
-      float4 o[kMaxClusterSplits];
       CUTE_UNROLL
       for (int s = 0; s < kMaxClusterSplits; ++s) {
-        // Every split leaves its rows (zeros where it saw no key), so no load needs the LSE.
-        o[s] = s < splits ? load_peer4(o_local + r * kHeadDim + d, uint32_t(s))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      CUTE_UNROLL
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        const float weight = lse_of[s] == -INFINITY ? 0.f : __expf(lse_of[s] - lse);
-        acc.x += weight * o[s].x;
-        acc.y += weight * o[s].y;
-        acc.z += weight * o[s].z;
-        acc.w += weight * o[s].w;
+        const float weight = current.lse[s] == -INFINITY ? 0.f : __expf(current.lse[s] - lse);
+        acc.x += weight * current.o[s].x;
+        acc.y += weight * current.o[s].y;
+        acc.z += weight * current.o[s].z;
+        acc.w += weight * current.o[s].w;
       }
     }
     const int head = w.head(r);
@@ -190,6 +212,7 @@ __forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
     if (d == 0 && p.lse != nullptr) {
       p.lse[(int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query] = lse;
     }
+    current = next;
   }
 }
 
@@ -454,10 +477,10 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
     const int64_t row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
     const bool writes_lse = get<1>(tOcO_rc(mi, 0)) == 0;
     if (clustered) {
-      float* out = o_shared + r * kHeadDim;
       CUTE_UNROLL
       for (int di = 0; di < size<1>(o_rc); di += 2) {
-        *reinterpret_cast<float2*>(out + get<1>(tOcO_rc(mi, di))) =
+        const int c = get<1>(tOcO_rc(mi, di));
+        *reinterpret_cast<float2*>(o_shared + partial_offset<kHeadDim>(r, c)) =
             make_float2(o_rc(mi, di), o_rc(mi, di + 1));
       }
       if (writes_lse) { lse_shared[r] = lse(mi); }
