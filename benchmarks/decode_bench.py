@@ -408,6 +408,13 @@ def prebuild(todo: list[tuple[Problem, bool]]) -> None:
           f"{f', failed: {failed}' if failed else ''}", flush=True)
 
 
+def write_probe(path: str, rows: list[dict[str, Any]], **extra: Any) -> None:
+    """A probe's rows as JSON, with the command that made them and the device."""
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
+                   **extra, "rows": rows}, f, indent=1)
+
+
 def write(path: str, rows: list[dict[str, Any]], copy_bw: float) -> dict[str, Any]:
     contiguous = [r for r in rows if r["cache"] == "contiguous"]
     geo = math.exp(statistics.fmean(math.log(r["speedup"]) for r in contiguous))

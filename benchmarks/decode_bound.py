@@ -20,7 +20,6 @@ no higher fraction under this timing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -28,7 +27,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from alternating_check import _sdpa  # noqa: E402
-from decode_bench import alternating, copy_tb_per_s, roofline_us  # noqa: E402
+from decode_bench import alternating, copy_tb_per_s, roofline_us, write_probe  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.model import Problem  # noqa: E402
@@ -72,7 +71,7 @@ def main() -> int:
         autotune.configure(db=args.db)
     copy_bw = copy_tb_per_s()
     fill = torch.zeros(1, device="cuda")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for b, hq, hkv, lq, lk, causal in PROBLEMS:
         problem = Problem(b, hq, hkv, lq, lk, 128, "bf16", causal)
         calls = {"fill": fill.zero_, **calls_for(problem)}
@@ -97,9 +96,7 @@ def main() -> int:
         cells = " ".join(f"{f[n]:5.3f} ({u[n]:6.1f})" for n in ("read", "copy", "attention",
                                                                  "sdpa"))
         print(f"{r['shape']:<40} {r['roofline_us']:8.1f} {u['fill']:6.2f} {cells}")
-    with open(args.json, "w") as out:
-        json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
-                   "copy_tb_s": round(copy_bw, 3), "rows": rows}, out, indent=1)
+    write_probe(args.json, rows, copy_tb_s=round(copy_bw, 3))
     return 0
 
 

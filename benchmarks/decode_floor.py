@@ -12,7 +12,6 @@ instead ("entry"). The 2.5 TB/s target at Lk=8k is 13.4 us for the whole call.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from decode_bench import _first, alternating  # noqa: E402
+from decode_bench import _first, alternating, write_probe  # noqa: E402
 
 from autotune.measure import sdpa_call  # noqa: E402
 from autotune.model import Config, Problem  # noqa: E402
@@ -72,9 +71,7 @@ def main() -> int:
             for name, us in times.items()]
     for r in rows:
         print(f"{r['call']:<24} {r['us']:8.2f} us  {r['tb_s'] or '':>6} TB/s")
-    with open(args.json, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
-                   "rows": rows}, f, indent=1)
+    write_probe(args.json, rows)
     return 0
 
 

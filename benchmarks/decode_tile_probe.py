@@ -33,7 +33,13 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from alternating_check import _sdpa  # noqa: E402
-from decode_bench import _first, alternating, copy_tb_per_s, roofline_us  # noqa: E402
+from decode_bench import (  # noqa: E402
+    _first,
+    alternating,
+    copy_tb_per_s,
+    roofline_us,
+    write_probe,
+)
 
 from autotune.model import Config, Problem  # noqa: E402
 from autotune.runtime import decode_kernel  # noqa: E402
@@ -116,9 +122,7 @@ def main() -> int:
     print(f"{'call':<66} {'us':>8} {'roofline':>8} {'over read':>9}")
     for r in rows[1:]:
         print(f"{r['call']:<66} {r['us']:8.2f} {r['fraction']:8.3f} {r['over_read_us']:9.2f}")
-    with open(args.json, "w") as out_file:
-        json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
-                   "copy_tb_s": round(copy_bw, 3), "rows": rows}, out_file, indent=1)
+    write_probe(args.json, rows, copy_tb_s=round(copy_bw, 3))
     return 0
 
 

@@ -10,15 +10,15 @@ should pay the write-back (up to the L2's size) in the first regime only.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from decode_bench import _first, alternating  # noqa: E402
+from decode_bench import _first, alternating, write_probe  # noqa: E402
 
 from autotune.measure import sdpa_call  # noqa: E402
 from autotune.model import Config, Problem  # noqa: E402
@@ -50,7 +50,8 @@ def main() -> int:
     args = parser.parse_args()
     buffer = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     words = buffer.view(torch.int32)
-    flushes = {"write": buffer.zero_, "read": partial(torch.sum, words, dtype=torch.int64)}
+    flushes: dict[str, Callable[[], Any]] = {
+        "write": buffer.zero_, "read": partial(torch.sum, words, dtype=torch.int64)}
     calls: dict[str, Any] = {}
     sizes: dict[str, int] = {}
     for p, tile, splits in CASES:
@@ -72,9 +73,7 @@ def main() -> int:
                          "tb_s": round(sizes[name] / us / 1e6, 3)})
     for r in rows:
         print(f"{r['flush']:<6} {r['call']:<50} {r['us']:8.2f} us {r['tb_s']:6.3f} TB/s")
-    with open(args.json, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
-                   "rows": rows}, f, indent=1)
+    write_probe(args.json, rows)
     return 0
 
 
