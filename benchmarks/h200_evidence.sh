@@ -122,8 +122,6 @@
 #                                              # of the two killed mid-item; trials/min of both,
 #                                              # winners re-timed together
 #                                              # (benchmarks/scale_out.py; carry .whl .c90pack)
-#   bash benchmarks/h200_evidence.sh pingpong  # issue 15: decode90's ping-pong variant tested,
-#                                              # sanitized, probed and profiled (carry .c90pack)
 #   bash benchmarks/h200_evidence.sh epilogue  # issue 15: decode90's epilogue, old kernel and new
 #                                              # (carry .c90pack .oldtree)
 set -uo pipefail
@@ -837,42 +835,6 @@ decodeb1)
   tune_decode90 "$shapes" "$left" "${TRIALS:-8}" "$f/tune_b1_$t0" 20
   copy_db .tuning/h200.db "$f/h200.db"
   tar czf "$OUT/decodeb1.tgz" -C "$OUT" decodeb1
-  ;;
-pingpong)
-  # Issue 15, decode90's ping-pong (the two consumer warpgroups take turns on the tensor cores),
-  # one call: the decode GPU tests (decode and decode90: KV caches, splits, append, CUDA graph;
-  # two ping-pong variants among decode90's) beside racecheck and synccheck of the ping-pong
-  # structural variants; benchmarks/decode_tile_probe.py on B8 H64/8 Lq16 (PROBE_TILES) at
-  # 256, 8k and 32k keys; Nsight Compute on its stored winner and the ping-pong tile at 8k; the
-  # decode host overhead (the KV-cache append's host time).
-  f=$OUT/pingpong; mkdir -p "$f"; unpack_cubins; t0=$(date +%s)
-  python3 -c "import json
-v = [c for c in json.load(open('benchmarks/configs/decode90_structural_variants.json'))
-     if c.get('pingpong')]
-json.dump(v, open('/tmp/pp_variants.json', 'w'))"
-  (sanitize_variants /tmp/pp_variants.json "$f/sanitize_pingpong.txt" 4 240) &
-  timeout "${TESTS_S:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=8 \
-    tests/gpu/test_decode_gpu.py tests/gpu/test_decode90_gpu.py > "$f/pytest_gpu.txt" 2>&1
-  echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_gpu.txt"
-  wait; echo "sanitize done at $(( $(date +%s) - t0 )) s"
-  grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY" "$f/sanitize_pingpong.txt" | cut -c1-200
-  timeout 150 python3 benchmarks/decode_tile_probe.py --problem 8,64,8,16 --causal \
-    --lk 256 8192 32768 --tiles "${PROBE_TILES:-benchmarks/configs/decode90_pingpong_probe.json}" \
-    --json "$f/tile_probe_h200.json" > "$f/tile_probe_h200.txt" 2>&1
-  echo "probe rc $? at $(( $(date +%s) - t0 )) s"
-  for tile in '{"family":"decode90","block_m":128,"block_n":128,"consumer_wgs":2,"kv_stages":2,"overlap":false}' \
-              '{"family":"decode90","block_m":128,"block_n":128,"consumer_wgs":2,"kv_stages":2,"overlap":true,"pingpong":true}'; do
-    timeout 90 ncu --clock-control none -k regex:cute_autotune_fwd --launch-skip 3 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section Occupancy \
-      --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg \
-      python3 benchmarks/decode_profile.py --problem 8,64,8,16,8192 --causal --splits 2 "$tile" \
-      >> "$f/ncu_h200.txt" 2>&1
-  done
-  echo "ncu done at $(( $(date +%s) - t0 )) s"
-  timeout 120 python3 benchmarks/host_overhead.py --decode --json "$f/host_overhead_decode_h200.json" \
-    > "$f/host_overhead_decode_h200.txt" 2>&1
-  echo "overhead rc $? at $(( $(date +%s) - t0 )) s"; tail -n 12 "$f/host_overhead_decode_h200.txt"
-  cat "$f/tile_probe_h200.txt"
   ;;
 epilogue)
   # Issue 15, decode90's epilogue (the partial O swizzled in shared memory, the in-cluster
