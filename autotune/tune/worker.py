@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ParamSpec, TypeVar
 
 from .._process import this_process
@@ -51,6 +52,7 @@ class _LeaseKeeper:
 
     def __init__(self, queue: WorkQueue, item: QueuedItem, worker: str, lease_s: float) -> None:
         self.lost = False
+        self.trials = 0  # trials told so far: a tune's progress between connection breaks
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(queue, item, worker, lease_s),
                                         daemon=True, name=f"lease-{item.id}")
@@ -68,8 +70,13 @@ class _LeaseKeeper:
     def check(self, _progress: object = None) -> None:
         """Called after every trial: a worker whose lease ran out (another took the item)
         stops the item here rather than measure beside the new holder."""
+        self.trials += 1
         if self.lost:
             raise LeaseLost("the lease ran out and another worker took the item")
+
+    def told(self) -> int:
+        """Trials told so far (`check` counts them)."""
+        return self.trials
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,11 +86,22 @@ class _LeaseKeeper:
 def _reconnecting(step: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`step(*args, **kwargs)`, run again when the database connection broke under it (see
     the module's doc); other errors, and the last attempt's, are raised."""
-    attempt = 1
+    return _with_reconnects(partial(step, *args, **kwargs), lambda: 0)
+
+
+def _with_reconnects(run: Callable[[], T], progress: Callable[[], int]) -> T:
+    """`run()`, run again when the database connection broke under it, up to
+    CONNECTION_ATTEMPTS times in a row. A break after `progress()` moved (a long tune that
+    told trials since the last break) is not in a row with the ones before: the count starts
+    again, so only a server that stays away fails the step, not one that drops now and then
+    over hours of tuning."""
+    attempt, seen = 1, progress()
     while True:
         try:
-            return step(*args, **kwargs)
+            return run()
         except Exception as exc:
+            if progress() != seen:
+                attempt, seen = 1, progress()
             if not lost_connection(exc) or attempt == CONNECTION_ATTEMPTS:
                 raise
             # whether the trials in flight were told is unknown: the study settles them
@@ -117,10 +135,11 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
             # ran count) instead of adding a budget to it: re-running an item measures nothing
             # twice (measurements already stored are reused).
             settings = SearchSettings(**{**item.settings, "resume": True})
-            outcomes = _reconnecting(
-                tune, item.problem, db=db, backend=backend, settings=settings,
-                families=list(item.families) or None, on_outcome=on_outcome,
-                on_progress=keeper.check)
+            outcomes = _with_reconnects(
+                partial(tune, item.problem, db=db, backend=backend, settings=settings,
+                        families=list(item.families) or None, on_outcome=on_outcome,
+                        on_progress=keeper.check),
+                keeper.told)
             ok = all(o.best for o in outcomes)
             reason = "" if ok else "no config of any family was timed"
         except Exception as exc:  # a failing item is a recorded result, not a dead worker

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -182,7 +183,7 @@ def test_a_worker_that_lost_its_lease_stops_its_item_at_the_next_trial() -> None
     from autotune.tune import worker as worker_module
 
     keeper = object.__new__(worker_module._LeaseKeeper)
-    keeper.lost = False
+    keeper.lost, keeper.trials = False, 0
     keeper.check()  # still its own: the search goes on
     keeper.lost = True
     with pytest.raises(worker_module.LeaseLost):
@@ -293,3 +294,54 @@ def test_optunas_pooled_connection_ended_while_idle_is_replaced_on_postgres(
     admin.dispose()
     assert ended and ended >= 1
     assert storage.get_all_studies() == []
+
+
+def test_a_long_tune_whose_connection_breaks_between_trials_keeps_its_item(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step is run again up to CONNECTION_ATTEMPTS times in a row when its connection broke.
+    A tune that told trials since its last break has made progress: its count starts again, so
+    an item whose long tune meets more drops than that in all (each after some trials) is done,
+    not failed."""
+    from autotune.store.schema import ConnectionLost
+    from autotune.tune import worker as worker_module
+    from autotune.tune.backends import ReplayBackend
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    _enqueue(url, "--trials", "3")
+    monkeypatch.setattr(worker_module, "FIRST_RECONNECT_WAIT_S", 0.0)
+    drops: dict[str, int] = {}
+
+    def tune(problem: Problem, *, on_progress: Any, **_kwargs: Any) -> list[Any]:
+        on_progress(None)  # a trial told, then the server ends the connection
+        key = problem.describe()
+        drops[key] = drops.get(key, 0) + 1
+        if drops[key] <= worker_module.CONNECTION_ATTEMPTS + 1:
+            raise ConnectionLost("the tuning database x cannot be used: server closed the "
+                                 "connection")
+        return []
+
+    monkeypatch.setattr(worker_module, "tune", tune)
+    report = worker_module.run_worker(url, ReplayBackend([RECORDING]))
+    assert not report.failed, report.failed[0][1]
+    assert len(report.done) == 8
+
+
+def test_a_tune_whose_connection_keeps_breaking_without_progress_fails_its_item(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.store.schema import ConnectionLost
+    from autotune.tune import worker as worker_module
+    from autotune.tune.backends import ReplayBackend
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    _enqueue(url, "--trials", "3")
+    monkeypatch.setattr(worker_module, "FIRST_RECONNECT_WAIT_S", 0.0)
+    calls: list[int] = []
+
+    def tune(problem: Problem, **_kwargs: Any) -> list[Any]:
+        calls.append(1)
+        raise ConnectionLost("the tuning database x cannot be used: server closed the connection")
+
+    monkeypatch.setattr(worker_module, "tune", tune)
+    report = worker_module.run_worker(url, ReplayBackend([RECORDING]))
+    assert len(report.failed) == 8 and "ConnectionLost" in report.failed[0][1]
+    assert len(calls) == 8 * worker_module.CONNECTION_ATTEMPTS
