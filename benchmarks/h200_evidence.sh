@@ -124,6 +124,11 @@
 #                                              # (benchmarks/scale_out.py; carry .whl .c90pack)
 #   bash benchmarks/h200_evidence.sh epilogue  # issue 15: decode90's epilogue, old kernel and new
 #                                              # (carry .c90pack .oldtree)
+#   bash benchmarks/h200_evidence.sh pair      # issue 15: two splits reduced by exchange, old
+#                                              # kernel and new (carry .c90pack .oldtree)
+#   TREES=".oldtree .treeB ." bash benchmarks/h200_evidence.sh paircode  # issue 15: the
+#                                              # exchange's code size, three kernels in turn
+#                                              # (carry .c90pack and the trees)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CUTE_AUTOTUNE_CACHE=$PWD/.cubins
@@ -162,6 +167,39 @@ tune_decode90() { [ "$2" -gt 40 ] || return 0
     --quiet > "$4.txt" 2>&1
   echo "tune rc $? at $(( $(date +%s) - t0 )) s"; tail -n "$5" "$4.txt" | cut -c1-160; }
 . benchmarks/sanitize_variants.sh  # sanitize_variants LIST OUT [PARALLEL] [TIMEOUT]
+# old_and_new_kernels DIR PROBE-ARGS...: benchmarks/decode_tile_probe.py from each tree of
+# TREES in turn, twice, each run its own plain alternation (DIR/<tree>_<round>.*,
+# DIR/old_new_h200.txt). TREES defaults to ".oldtree .": the previous kernel's tree (`git
+# archive` of its commit with this probe copied in, its cubins carried), named old, then this
+# one, named new; another tree .treeX is named X. Then, SANITIZE=1, decode90's GPU tests
+# (TEST_FILES) beside racecheck and synccheck of its structural variants.
+old_and_new_kernels() { local f=$1 round tree name names=""; shift; mkdir -p "$f"; unpack_cubins
+  t0=$(date +%s)
+  for round in 1 2; do
+    for tree in ${TREES:-.oldtree .}; do
+      case $tree in .oldtree) name=old ;; .) name=new ;; *) name=${tree#.tree} ;; esac
+      [ "$round" = 1 ] && names="$names ${name}_1 ${name}_2"
+      (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout 120 python3 \
+         benchmarks/decode_tile_probe.py "$@" --causal --json "$f/${name}_$round.json" \
+         > "$f/${name}_$round.txt" 2>&1)
+      echo "$name $round rc $? at $(( $(date +%s) - t0 )) s"
+    done
+  done
+  python3 -c "import json, sys
+names = sys.argv[1:]
+runs = {n: {r['call']: r['us'] for r in json.load(open(f'$f/{n}.json'))['rows']} for n in names}
+print(f\"{'call':<66} \" + ' '.join(f'{n:>8}' for n in names))
+for call in runs[names[0]]:
+    print(f'{call:<66} ' + ' '.join(f'{runs[n].get(call, 0):8.2f}' for n in names))" $names \
+    | tee "$f/old_new_h200.txt"
+  [ "${SANITIZE:-1}" = 1 ] || return 0
+  (sanitize_variants benchmarks/configs/decode90_structural_variants.json \
+     "$f/sanitize_decode90.txt" 4 240) &
+  timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=5 \
+    ${TEST_FILES:-tests/gpu/test_decode90_gpu.py} > "$f/pytest_decode90.txt" 2>&1
+  echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_decode90.txt"
+  wait; grep -cE "0 hazards displayed|ERROR SUMMARY: 0 errors" "$f/sanitize_decode90.txt"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$f/sanitize_decode90.txt" | sort | uniq -c; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader
 case "${1:?stage}" in
 tests64|tests128)
@@ -838,38 +876,45 @@ decodeb1)
   ;;
 epilogue)
   # Issue 15, decode90's epilogue (the partial O swizzled in shared memory, the in-cluster
-  # combine's loads issued an item ahead), one call: benchmarks/decode_tile_probe.py from the
-  # previous kernel's tree (.oldtree: `git archive` of it with this probe copied in, its cubins
-  # carried) and from this one, in turn, twice; then decode90's GPU tests beside racecheck and
-  # synccheck of its structural variants (SANITIZE=1).
-  f=$OUT/epilogue; mkdir -p "$f"; unpack_cubins; t0=$(date +%s); c=$PWD/benchmarks/configs
-  cases=(--case 8,64,8,16 256,8192 "$c/decode90_epilogue_b8h64.json"
-         --case 8,32,8,16 8192 "$c/decode90_epilogue_b8h32.json"
-         --case 1,64,8,16 8192,32768 "$c/decode90_epilogue_b1h64.json")
-  for round in 1 2; do
-    (cd .oldtree && PYTHONPATH=/tmp/site:$PWD timeout 120 python3 benchmarks/decode_tile_probe.py \
-       "${cases[@]}" --causal --json "$f/old_$round.json" > "$f/old_$round.txt" 2>&1)
-    echo "old $round rc $? at $(( $(date +%s) - t0 )) s"
-    timeout 120 python3 benchmarks/decode_tile_probe.py "${cases[@]}" --causal \
-      --json "$f/new_$round.json" > "$f/new_$round.txt" 2>&1
-    echo "new $round rc $? at $(( $(date +%s) - t0 )) s"
-  done
-  python3 -c "import json, sys
-runs = {n: {r['call']: r['us'] for r in json.load(open(f'$f/{n}.json'))['rows']}
-        for n in ('old_1', 'new_1', 'old_2', 'new_2')}
-print(f\"{'call':<66} {'old 1':>8} {'new 1':>8} {'old 2':>8} {'new 2':>8}\")
-for call in runs['old_1']:
-    print(f'{call:<66} ' + ' '.join(f'{runs[n].get(call, 0):8.2f}' for n in runs))" \
-    | tee "$f/old_new_h200.txt"
-  if [ "${SANITIZE:-1}" = 1 ]; then
-    (sanitize_variants benchmarks/configs/decode90_structural_variants.json \
-       "$f/sanitize_decode90.txt" 4 240) &
-    timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=5 \
-      tests/gpu/test_decode90_gpu.py > "$f/pytest_decode90.txt" 2>&1
-    echo "tests rc $? at $(( $(date +%s) - t0 )) s"; tail -n 3 "$f/pytest_decode90.txt"
-    wait; grep -cE "0 hazards displayed|ERROR SUMMARY: 0 errors" "$f/sanitize_decode90.txt"
-    grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$f/sanitize_decode90.txt" | sort | uniq -c
-  fi
+  # combine's loads issued an item ahead), one call: old and new kernels in turn
+  # (old_and_new_kernels), then decode90's GPU tests beside racecheck and synccheck of its
+  # structural variants (SANITIZE=1).
+  c=$PWD/benchmarks/configs
+  old_and_new_kernels "$OUT/epilogue" \
+    --case 8,64,8,16 256,8192 "$c/decode90_epilogue_b8h64.json" \
+    --case 8,32,8,16 8192 "$c/decode90_epilogue_b8h32.json" \
+    --case 1,64,8,16 8192,32768 "$c/decode90_epilogue_b1h64.json"
+  ;;
+pair)
+  # Issue 15, two splits in a cluster reduced by exchange (reduce_pair) instead of the pulled
+  # combine, one call: old and new kernels in turn on `db/`'s two-split tiles of the B=8 GQA
+  # rows and, unchanged by it, the combine entry, one split (`db/`'s B64 and B8 H128/8 tiles)
+  # and 8 splits; then decode90's GPU tests beside racecheck and synccheck of its structural
+  # variants (SANITIZE=1).
+  c=$PWD/benchmarks/configs
+  old_and_new_kernels "$OUT/pair" \
+    --case 8,64,8,16 256,8192 "$c/decode90_b8h64_variants.json" \
+    --case 8,32,8,16 256,8192 "$c/decode90_epilogue_b8h32.json" \
+    --case 8,32,8,4 8192 "$c/decode90_pair_b8h32lq4.json" \
+    --case 8,64,8,4 8192 "$c/decode90_pair_b8h64lq4.json" \
+    --case 8,32,8,1 8192 "$c/decode90_pair_b8h32lq1.json" \
+    --case 64,32,8,16 8192 "$c/decode90_pair_b64h32.json" \
+    --case 8,128,8,16 8192 "$c/decode90_pair_b8h128.json" \
+    --case 1,64,8,16 8192 "$c/decode90_epilogue_b1h64.json"
+  ;;
+paircode)
+  # Issue 15, the exchange's code size (the fwd entry grew 54 -> 71 KB with it, 94 KB with the
+  # exchange as its own instantiation of consume): TREES=".oldtree .treeB ." -- the previous
+  # kernel, the exchange in its own instantiation, and this tree -- in turn on `db/`'s tiles
+  # of B=8 rows at 2 splits and of B=1 rows at 8 and 16 splits (the combine entry).
+  c=$PWD/benchmarks/configs
+  old_and_new_kernels "$OUT/paircode" \
+    --case 8,64,8,16 256,8192 "$c/decode90_b8h64_variants.json" \
+    --case 8,32,8,16 256,8192 "$c/decode90_epilogue_b8h32.json" \
+    --case 8,64,8,4 8192 "$c/decode90_pair_b8h64lq4.json" \
+    --case 1,64,8,16 32768 "$c/decode90_pair_b1h64_entry.json" \
+    --case 1,32,8,4 32768 "$c/decode90_pair_b1h32lq4_entry.json" \
+    --case 1,32,8,1 8192 "$c/decode90_pair_b1h32lq1.json"
   ;;
 b8retune)
   # Issue 15, one call: BOUND=1 benchmarks/decode_bound.py (what the timing rule lets any kernel

@@ -35,7 +35,8 @@ def main() -> int:
                                causal=bool(config["causal"]), **kw)
 
         cases = ((of_class(3, 16, 2, 2, 512, (5, 333, 0), page_size=16), 4),
-                 (of_class(2, 8, 2, 3, 700, (700, 1)), 8))
+                 (of_class(2, 8, 2, 3, 700, (700, 1)), 8),
+                 (of_class(3, 8, 1, 5, 600, (0, 600, 77)), 2))  # two splits exchange rows
         if not load_space(config.family).kv_caches:  # a family of full contiguous caches
             cases = ((of_class(2, 16, 2, 16, 900, None), 4), (of_class(1, 32, 1, 3, 700, None), 8))
         for case, splits in cases:

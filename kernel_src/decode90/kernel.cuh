@@ -5,11 +5,12 @@
 // kv_head * group + (m0 + r) % group, so every K/V tile is read once for the whole group. A
 // split covers 1/num_splits of the key tiles. With num_splits > 1 the splits are reduced
 // either inside a thread-block cluster of num_splits CTAs (when the launcher asks for one,
-// launcher/cluster_combine.h: each CTA leaves its normalised fp32 O and LSE in its own shared
-// memory and the cluster reads them through distributed shared memory, no second grid) or, in
-// a launch without a cluster, through fp32 partial O and LSE in global memory that the decode
-// family's combine entry reduces (the cubin's second entry). blockIdx.x = m_block * num_splits
-// + split, so the splits of one tile are one cluster.
+// launcher/cluster_combine.h: two splits push each other's rows into the peer's shared memory
+// and each reduces its half, reduce_pair; more leave their normalised fp32 O and LSE in their
+// own shared memory and the cluster reads them through distributed shared memory; no second
+// grid either way) or, in a launch without a cluster, through fp32 partial O and LSE in global
+// memory that the decode family's combine entry reduces (the cubin's second entry).
+// blockIdx.x = m_block * num_splits + split, so the splits of one tile are one cluster.
 //
 // The CTA is the sm90 family's: warpgroup 0 produces (one thread issues the TMA loads of K and
 // V into a ring of kStages stages on mbarriers), 1-2 consumer warpgroups run S = Q K^T, the
@@ -138,6 +139,47 @@ __forceinline__ __device__ float4 load_peer4(const float* local, uint32_t rank) 
   return v;
 }
 
+// Stores to `address` in the shared memory of another CTA of this cluster (an address that
+// cute::set_block_rank mapped there) that complete bytes of its transaction barrier at
+// `barrier` (mapped too): st.async, fire and forget, so the sender waits for no round trip.
+__forceinline__ __device__ void store_peer(uint32_t address, float value, uint32_t barrier) {
+  asm volatile(
+      "st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+          address),
+      "r"(__float_as_uint(value)), "r"(barrier)
+      : "memory");
+}
+
+__forceinline__ __device__ void store_peer2(uint32_t address, float x, float y,
+                                            uint32_t barrier) {
+  asm volatile(
+      "st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::
+          "r"(address),
+      "r"(__float_as_uint(x)), "r"(__float_as_uint(y)), "r"(barrier)
+      : "memory");
+}
+
+// Two splits in a cluster reduce by exchange, not by a pull: CTA `rank` owns the rows
+// [rank * kBlockM / 2, (rank + 1) * kBlockM / 2) of the tile. Once its peer has left the main
+// loop (the peer's consumer warpgroups arrive on this CTA's q_empty barrier, which the
+// decode90 CTA does not use otherwise), each thread pushes its normalised O and LSE of the
+// peer's rows into the peer's shared memory with st.async (O over the peer's K and V rings, LSE
+// over its Q tile, as the pulled combine lays them out), which completes the peer's q_full
+// barrier; the owner reduces them with its own rows still in registers. One barrier each way
+// and no load that waits for a peer, where the pulled combine pays two cluster barriers and a
+// round trip of distributed shared memory per item.
+template <typename Traits>
+__forceinline__ __device__ int pair_rows_owned(SplitTile const& w, uint32_t rank) {
+  constexpr int kHalf = Traits::kBlockM / 2;
+  const int first = int(rank) * kHalf;
+  return max(0, min(first + kHalf, w.q_rows) - first);
+}
+
+template <typename Traits>
+__forceinline__ __device__ uint32_t pair_bytes_expected(SplitTile const& w, uint32_t rank) {
+  return uint32_t(pair_rows_owned<Traits>(w, rank)) * (Traits::kHeadDim + 1) * sizeof(float);
+}
+
 // The cluster's splits of one tile reduced by their LSE weights, as the combine entry does: the
 // tile's (row, 4 columns) items are dealt over the cluster's consumer threads (a warp takes one
 // row's 32 chunks). A row no split saw a key of gets O = 0 and LSE = -inf. Each split leaves
@@ -214,6 +256,91 @@ __forceinline__ __device__ void combine_in_cluster(FwdParams const& p,
     }
     current = next;
   }
+}
+
+// The two splits' exchange (see pair_rows_owned): push the peer's rows, then reduce this CTA's
+// own with what the peer pushed. o_rc and c_rc are the normalised accumulator and its (row,
+// column) coordinates as row x column views, lse the rows' LSE.
+template <typename Traits, typename TensorO, typename TensorC, typename Stats>
+__forceinline__ __device__ void reduce_pair(FwdParams const& p,
+                                            typename Traits::SharedStorage& smem,
+                                            SplitTile const& w, TensorO const& o_rc,
+                                            TensorC const& c_rc, Stats const& lse, uint32_t rank) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kHalf = Traits::kBlockM / 2;
+  const uint32_t peer = rank ^ 1u;
+  float* o_shared = partial_o<Traits>(smem);
+  float* lse_shared = partial_lse<Traits>(smem);
+  // The peer's copies, mapped once: a CTA's window of the cluster's shared memory is contiguous.
+  auto peer_address = [&](const void* local) {
+    return cute::set_block_rank(cute::cast_smem_ptr_to_uint(local), peer);
+  };
+  const uint32_t peer_o = peer_address(o_shared);
+  const uint32_t peer_lse = peer_address(lse_shared);
+  const uint32_t peer_full = peer_address(&smem.q_full[0]);
+  // Pushes first, every one of them, then the reduction: with one consumer warpgroup of 128
+  // rows a thread holds rows of both halves, and a thread that waited for its own rows before
+  // pushing the peer's would hold the peer back.
+  bool peer_free = false;
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(o_rc); ++mi) {
+    const int r = get<0>(c_rc(mi, 0));
+    if (r >= w.q_rows || r / kHalf == int(rank)) { continue; }
+    if (!peer_free) {
+      ClusterBarrier::wait(&smem.q_empty[0], 0);  // the peer's rings and Q are free
+      peer_free = true;
+    }
+    const int at = r - int(peer) * kHalf;
+    CUTE_UNROLL
+    for (int di = 0; di < size<1>(o_rc); di += 2) {
+      const int offset = partial_offset<kHeadDim>(at, get<1>(c_rc(mi, di)));
+      store_peer2(peer_o + uint32_t(offset) * sizeof(float), o_rc(mi, di), o_rc(mi, di + 1),
+                  peer_full);
+    }
+    if (get<1>(c_rc(mi, 0)) == 0) {
+      store_peer(peer_lse + uint32_t(at) * sizeof(float), lse(mi), peer_full);
+    }
+  }
+  bool received = false;
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(o_rc); ++mi) {
+    const int r = get<0>(c_rc(mi, 0));
+    if (r >= w.q_rows || r / kHalf != int(rank)) { continue; }
+    if (!received) {
+      ClusterTransactionBarrier::wait(&smem.q_full[0], 0);  // every byte the peer pushes here
+      received = true;
+    }
+    const int at = r - int(rank) * kHalf;
+    const float own = lse(mi);
+    const float other = lse_shared[at];
+    const float m = fmaxf(own, other);
+    // A row neither split saw a key of: O = 0, LSE = -inf.
+    const float total =
+        m == -INFINITY ? -INFINITY : m + __logf(__expf(own - m) + __expf(other - m));
+    const float own_weight = own == -INFINITY ? 0.f : __expf(own - total);
+    const float other_weight = other == -INFINITY ? 0.f : __expf(other - total);
+    const int head = w.head(r);
+    const int query = w.query(r);
+    Element* out = static_cast<Element*>(p.o) + w.batch * p.o_batch_stride +
+                   head * p.o_head_stride + query * p.o_row_stride;
+    CUTE_UNROLL
+    for (int di = 0; di < size<1>(o_rc); di += 2) {
+      const int c = get<1>(c_rc(mi, di));
+      const float2 pushed =
+          *reinterpret_cast<const float2*>(o_shared + partial_offset<kHeadDim>(at, c));
+      cutlass::Array<Element, 2> pair;
+      pair[0] = Element(own_weight * o_rc(mi, di) + other_weight * pushed.x);
+      pair[1] = Element(own_weight * o_rc(mi, di + 1) + other_weight * pushed.y);
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(out + c) = pair;
+    }
+    if (get<1>(c_rc(mi, 0)) == 0 && p.lse != nullptr) {
+      p.lse[(int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query] = total;
+    }
+  }
+  // No CTA leaves before its peer's arrive on its q_empty barrier has landed, even one with
+  // no row to push.
+  if (!peer_free) { ClusterBarrier::wait(&smem.q_empty[0], 0); }
 }
 
 // Producer: warp 0 of warpgroup 0. It issues the K and V tiles of the split, last tile first
@@ -316,7 +443,7 @@ __forceinline__ __device__ void zero_v_rows_past_the_sequence(FwdParams const& p
 template <typename Traits>
 __forceinline__ __device__ void consume(TmaFwdParams const& params,
                                         typename Traits::SharedStorage& smem, SplitTile const& w,
-                                        int tid, bool clustered) {
+                                        int tid, bool pulled, bool paired) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -455,6 +582,14 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
       retire_pv(n - 1);
     }
   }
+  // Two splits in a cluster: this warpgroup is past its last wgmma, so (once every consumer
+  // warpgroup of this CTA has said so) the peer may push its rows over the rings and Q. The
+  // cluster wait makes the peer's barriers, initialised before its arrive, safe to signal.
+  const uint32_t rank = paired ? cute::block_rank_in_cluster() : 0u;
+  if (paired) {
+    cute::cluster_wait();
+    if (elected) { ClusterBarrier::arrive(&smem.q_empty[0], rank ^ 1u, 1u); }
+  }
 
   // O normalised and LSE (a row that saw no key: O = 0, LSE = -inf), straight from the
   // accumulator to the packed rows' addresses: two adjacent columns per store. In a cluster
@@ -463,10 +598,14 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
   const auto lse = softmax.normalize(acc_o, p.scale);
   float* o_shared = partial_o<Traits>(smem);
   float* lse_shared = partial_lse<Traits>(smem);
-  if (clustered) { cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2); }
   Tensor o_rc = rowcol_view(acc_o);
   Tensor tOcO_rc = rowcol_view(
       thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+  if (paired) {
+    reduce_pair<Traits>(p, smem, w, o_rc, tOcO_rc, lse, rank);
+    return;
+  }
+  if (pulled) { cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2); }
   const int64_t rows_all = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(o_rc); ++mi) {
@@ -476,7 +615,7 @@ __forceinline__ __device__ void consume(TmaFwdParams const& params,
     const int query = w.query(r);
     const int64_t row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
     const bool writes_lse = get<1>(tOcO_rc(mi, 0)) == 0;
-    if (clustered) {
+    if (pulled) {
       CUTE_UNROLL
       for (int di = 0; di < size<1>(o_rc); di += 2) {
         const int c = get<1>(tOcO_rc(mi, di));
@@ -519,16 +658,28 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
 #endif
   const SplitTile w = split_tile<Traits>(params.base);
   // Launched with a cluster (of num_splits CTAs, the launcher's choice) the splits are reduced
-  // here; every thread of every CTA takes part in the cluster's two barriers.
+  // here: two by exchange (reduce_pair: one cluster barrier, at the start, whose wait is long
+  // past when it is reached), more by the pulled combine (every thread of every CTA takes part
+  // in its two cluster barriers).
   const bool clustered = cute::cluster_shape().x > 1;
-  if (threadIdx.x == 0) { sm90::init_barriers<Traits>(smem); }
+  const bool paired = clustered && params.base.num_splits == 2;
+  if (threadIdx.x == 0) {
+    sm90::init_barriers<Traits>(smem);
+    if (paired) {
+      ClusterTransactionBarrier::arrive_and_expect_tx(
+          &smem.q_full[0], pair_bytes_expected<Traits>(w, cute::block_rank_in_cluster()));
+    }
+  }
   __syncthreads();
+  if (paired) { cute::cluster_arrive(); }  // release: this CTA's barriers are initialised
 
   if (threadIdx.x / 128 == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x < 32) { produce<Traits>(params, smem, w, int(threadIdx.x)); }
     __syncwarp();
-    if (clustered) {
+    if (paired) {
+      cute::cluster_wait();
+    } else if (clustered) {
       cute::cluster_arrive();
       cute::cluster_wait();
       cute::cluster_arrive();
@@ -538,8 +689,8 @@ __forceinline__ __device__ void decode_tile(TmaFwdParams const& params, char* sm
   }
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tid = int(threadIdx.x) - 128;
-  consume<Traits>(params, smem, w, tid, clustered);
-  if (clustered) {
+  consume<Traits>(params, smem, w, tid, clustered && !paired, paired);
+  if (clustered && !paired) {
     __syncwarp();            // the cluster barriers are .aligned: whole warps, converged
     cute::cluster_arrive();  // release: this CTA's partials
     cute::cluster_wait();    // acquire: every split's

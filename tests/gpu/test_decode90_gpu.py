@@ -83,6 +83,11 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
               page_size=256), 16),
         (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, capacity=2048, lengths=(2047, 3),
               page_size=16), 1),
+        # Two splits exchange rows (each CTA owns half the tile): 40 packed rows (both halves of
+        # a 64-row tile, one of a 128-row tile), a sequence of no keys, one whose second split
+        # has none
+        (case(batch=3, heads_q=8, heads_kv=1, seqlen_q=5, capacity=600, lengths=(0, 600, 77)),
+         2),
     ]
 
     cases = [
