@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,6 +54,7 @@ PAGED = [Problem(8, 32, 8, 1, 32768, 128, "bf16", False),
          Problem(8, 32, 8, 16, 32768, 128, "bf16", True)]
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the space's num_splits values
+SHIPPED = Path(__file__).resolve().parents[1] / "db" / "h200.json"  # db/'s tuned results
 WIDE = False  # --wide
 # (block_m, block_n, num_warps, kv_stages, pack_gqa): the configs that made the top 5 of the
 # v2 --wide search (every 16- and 32-row config, results/decode/decode_bench_v2_h200.json) on
@@ -85,19 +87,42 @@ def configs_for(problem: Problem, kv_cache: str = "dense") -> list[Config]:
     configs = configs_for_decode(problem, wide) if "decode" in FAMILIES else []
     if ("decode90" in FAMILIES and load_space("decode90").reads(kv_cache)
             and _target().cc == 90):
-        configs += configs_for_decode90(problem)
+        configs += configs_for_decode90(problem, kv_cache)
     return configs
 
 
-def configs_for_decode90(problem: Problem) -> list[Config]:
-    """CANDIDATES_90 that the problem's packed rows fill: 128-row tiles from 96 rows on."""
+def configs_for_decode90(problem: Problem, kv_cache: str = "dense") -> list[Config]:
+    """CANDIDATES_90 that the problem's packed rows fill (128-row tiles from 96 rows on), and
+    the tile `db/` ships for the problem if it is another: the family's best known kernel is
+    the tuner's, which the fixed candidates need not hold."""
     from autotune.model import load_space
 
     rows = problem.seqlen_q * problem.group_size
     fixed = {**problem.space_values(), "num_splits": 1}
-    return [c for c in load_space("decode90").valid_configs(_target(), fixed)
-            if (c["block_m"], c["block_n"], c["consumer_wgs"], c["kv_stages"], c["overlap"],
-                c["ctas_per_sm"]) in CANDIDATES_90 and (c["block_m"] == 64 or rows >= 96)]
+    valid = load_space("decode90").valid_configs(_target(), fixed)
+    chosen = [c for c in valid
+              if (c["block_m"], c["block_n"], c["consumer_wgs"], c["kv_stages"], c["overlap"],
+                  c["ctas_per_sm"]) in CANDIDATES_90 and (c["block_m"] == 64 or rows >= 96)]
+    shipped = shipped_decode90_tile(problem, kv_cache)
+    return [*chosen, *(c for c in valid if _tile(c) == shipped and c not in chosen)]
+
+
+def _tile(config: Any) -> tuple[Any, ...]:
+    return tuple(config[key] for key in ("block_m", "block_n", "consumer_wgs", "kv_stages",
+                                         "overlap", "ctas_per_sm"))
+
+
+def shipped_decode90_tile(problem: Problem, kv_cache: str) -> tuple[Any, ...] | None:
+    """The tile of the decode90 config `db/h200.json` holds for `problem` and cache kind (its
+    split count is searched apart), or None."""
+    wanted = {"batch": problem.batch, "heads_q": problem.heads_q, "heads_kv": problem.heads_kv,
+              "seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k,
+              "head_dim": problem.head_dim, "dtype": problem.dtype, "causal": problem.causal,
+              "kv_cache": kv_cache}
+    for result in json.loads(SHIPPED.read_text())["results"]:
+        if result["family"] == "decode90" and result["problem"] == wanted:
+            return _tile({"ctas_per_sm": 1, **result["config"]})  # stored before it existed
+    return None
 
 
 def configs_for_decode(problem: Problem, wide: bool) -> list[Config]:
