@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,7 +53,6 @@ PAGED = [Problem(8, 32, 8, 1, 32768, 128, "bf16", False),
          Problem(8, 32, 8, 16, 32768, 128, "bf16", True)]
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the space's num_splits values
-SHIPPED = Path(__file__).resolve().parents[1] / "db" / "h200.json"  # db/'s tuned results
 WIDE = False  # --wide
 # (block_m, block_n, num_warps, kv_stages, pack_gqa): the configs that made the top 5 of the
 # v2 --wide search (every 16- and 32-row config, results/decode/decode_bench_v2_h200.json) on
@@ -113,13 +111,15 @@ def _tile(config: Any) -> tuple[Any, ...]:
 
 
 def shipped_decode90_tile(problem: Problem, kv_cache: str) -> tuple[Any, ...] | None:
-    """The tile of the decode90 config `db/h200.json` holds for `problem` and cache kind (its
-    split count is searched apart), or None."""
+    """The tile of the decode90 config `db/`'s shipped results hold for `problem` and cache kind
+    (its split count is searched apart), or None."""
+    from autotune.runtime.dispatch import shipped_results
+
     wanted = {"batch": problem.batch, "heads_q": problem.heads_q, "heads_kv": problem.heads_kv,
               "seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k,
               "head_dim": problem.head_dim, "dtype": problem.dtype, "causal": problem.causal,
               "kv_cache": kv_cache}
-    for result in json.loads(SHIPPED.read_text())["results"]:
+    for result in (r for document in shipped_results() for r in document["results"]):
         if result["family"] == "decode90" and result["problem"] == wanted:
             return _tile({"ctas_per_sm": 1, **result["config"]})  # stored before it existed
     return None
