@@ -113,7 +113,7 @@ def _tile(config: Any) -> tuple[Any, ...]:
 def shipped_decode90_tile(problem: Problem, kv_cache: str) -> tuple[Any, ...] | None:
     """The tile of the decode90 config `db/`'s shipped results hold for `problem` and cache kind
     (its split count is searched apart), or None."""
-    from autotune.runtime.dispatch import shipped_results
+    from autotune.runtime import shipped_results
 
     wanted = {"batch": problem.batch, "heads_q": problem.heads_q, "heads_kv": problem.heads_kv,
               "seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k,

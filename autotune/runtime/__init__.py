@@ -11,7 +11,7 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .attention import configure, explain
-    from .dispatch import device_info
+    from .dispatch import device_info, shipped_results
     from .kvcache import attention_with_kvcache, decode_choice, decode_kernel, default_splits
     from .sdpa_dropin import explain_sdpa, scaled_dot_product_attention, sdpa_dispatch, sdpa_route
 
@@ -29,6 +29,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "sdpa_dispatch",
     "sdpa_route",
+    "shipped_results",
 ]
 
 # `attention` itself is `autotune.attention`: here the name is the submodule `runtime.attention`.
@@ -45,6 +46,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "scaled_dot_product_attention": ("sdpa_dropin", "scaled_dot_product_attention"),
     "sdpa_dispatch": ("sdpa_dropin", "sdpa_dispatch"),
     "sdpa_route": ("sdpa_dropin", "sdpa_route"),
+    "shipped_results": ("dispatch", "shipped_results"),
 }
 
 
