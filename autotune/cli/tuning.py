@@ -489,8 +489,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_db(args: argparse.Namespace) -> int:
     url = args.db or default_url()
-    before, after = upgrade(make_engine(url))
-    print(f"{url}: schema {before or '(new)'} -> {after}")
+    done = upgrade(make_engine(url))
+    print(f"{describe(url)}: schema {done.before or '(none)'} -> {done.after} "
+          f"({done.done})")
     return 0
 
 

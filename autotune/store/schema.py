@@ -1,20 +1,24 @@
-"""Open the tuning database: resolve its URL, configure SQLite, apply or demand migrations.
+"""Open the tuning database: resolve its URL, configure SQLite, make or demand its schema.
 
 The default is a SQLite file in the user's cache directory, in WAL mode so that a reader (a
 `best` query, runtime dispatch's lookups) never blocks a tuning session that is writing. Any
 SQLAlchemy URL works (`--db URL` or $CUTE_AUTOTUNE_DB), PostgreSQL included.
 
-Several processes may open one database at once (tuning workers, dispatch): creating or
-migrating the schema happens under a lock (a lock file beside a SQLite database, an advisory
-lock on PostgreSQL), so one process creates it and the others wait and find it made; and a
-writable SQLite connection starts every transaction with BEGIN IMMEDIATE, so a transaction
-that reads and then writes (get-or-create) holds the write lock from its first read, waiting up
-to the busy timeout for another writer instead of failing on a snapshot it can no longer write.
+Several processes may open one database at once (tuning workers, dispatch): making or changing
+the schema happens under a lock (a lock file beside a SQLite database, an advisory lock on
+PostgreSQL), so one process makes it and the others wait and find it made; and a writable
+SQLite connection starts every transaction with BEGIN IMMEDIATE, so a transaction that reads
+and then writes (get-or-create) holds the write lock from its first read, waiting up to the
+busy timeout for another writer instead of failing on a snapshot it can no longer write.
 
-A fresh or empty database is created at the newest schema. An older one is never changed
-behind the user's back: opening it raises SchemaOutdated, whose message names the command that
-upgrades it. A read-only open (`create=False`: `list`, `best`, `export`) creates nothing: no
-folder, no file, no tables, and SQLite files are opened read-only.
+A change of the schema is one transaction (store.migrate): a process killed at any instant
+leaves the database as it was or as it was to be. A new database, or one holding no row of
+ours (one a killed process of an older release left half made, say), is made at the newest
+schema when it is opened. An older one holding rows is never changed behind the user's back:
+opening it raises SchemaOutdated (or SchemaError, for one left between versions), whose message
+names the command that upgrades or repairs it. A read-only open (`create=False`: `list`,
+`best`, `export`) creates nothing: no folder, no file, no tables, and SQLite files are opened
+read-only.
 
 Every way a database can be unusable (a URL that is not one, a driver that is not installed, a
 file that is not a database or is damaged, a folder that cannot be written) is a StoreError
@@ -28,18 +32,25 @@ import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from weakref import WeakSet
 
-from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
-from .._paths import cache_dir, db_dir
+from .._paths import cache_dir
+from .migrate import VERSION_TABLE as VERSION_TABLE
+from .migrate import RepairError, SchemaState, bring_to_head, read_state
+from .migrate import current_revision as current_revision
+from .migrate import head_revision as head_revision
+from .migrate import known_revisions as known_revisions
 
-VERSION_TABLE = "cute_autotune_schema"
+# The schema's facts (its version table, revisions) are store.migrate's, named here too: the
+# rest of the store reads them from this module.
+
 DB_ENV = "CUTE_AUTOTUNE_DB"
 # What to install for the DB-API modules SQLAlchemy's dialects import.
 _DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'",
@@ -111,32 +122,6 @@ def default_url() -> str:
     return f"sqlite:///{cache_dir() / 'tuning.db'}"
 
 
-def _alembic_config(connection: Any) -> Any:
-    from alembic.config import Config as AlembicConfig
-
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(db_dir() / "migrations"))
-    config.attributes["connection"] = connection
-    return config
-
-
-@cache
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(_alembic_config(None))
-    head = script.get_current_head()
-    assert head is not None
-    return head
-
-
-def known_revisions() -> list[str]:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(_alembic_config(None))
-    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
-
-
 def sqlite_path(url: URL) -> Path | None:
     """The file of a SQLite URL (None for another database or an in-memory one)."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
@@ -170,11 +155,11 @@ def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
                       + (f" ({hint})" if hint else ""))
 
 
-def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Engine:
+def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> Engine:
     """An engine on `url` (StoreError if the URL is not one or its driver is missing). With
     `create=False` a SQLite file must exist and is opened read-only. A writable SQLite engine
-    begins every transaction with BEGIN IMMEDIATE unless `immediate` is False (migrations: a
-    step switches SQLite's foreign keys, which only works outside a transaction)."""
+    begins every transaction with BEGIN IMMEDIATE; with `migrating`, its connections keep
+    foreign keys off (the schema's changes, store.migrate)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -217,11 +202,11 @@ def make_engine(url: str, *, create: bool = True, immediate: bool = True) -> Eng
             cursor = dbapi_connection.cursor()
             if create:  # a read-only connection reads a WAL database as it is
                 cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA foreign_keys={'OFF' if migrating else 'ON'}")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
             cursor.close()
 
-        if create and immediate:
+        if create:
             _begin_writes_immediately(engine)
     return engine
 
@@ -311,93 +296,107 @@ def _null_pool() -> Any:
     return NullPool
 
 
-def current_revision(engine: Engine) -> str | None:
-    if VERSION_TABLE not in inspect(engine).get_table_names():
-        return None
-    from alembic.runtime.migration import MigrationContext
+@dataclass(frozen=True)
+class Upgrade:
+    """What `upgrade` did: the revision it found (None: none), the one it left, and how."""
 
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection,
-                                             opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+    before: str | None
+    after: str
+    done: str  # "made", "upgraded", "repaired (...)", "already at the newest schema"
 
 
-def upgrade(engine: Engine) -> tuple[str | None, str]:
-    """Migrate to the newest schema, under the schema lock; returns (from, to)."""
-    with schema_lock(engine.url):
-        return _upgrade(engine)
+def upgrade(engine: Engine) -> Upgrade:
+    """Bring the database to the newest schema, under the schema lock, in one transaction:
+    made if new, upgraded if old, and repaired if a process killed while an older release
+    made or upgraded it left it between versions (store.migrate). A database whose tables
+    were not made by cute-autotune, or that a newer release wrote, is refused (SchemaError)."""
+    with schema_lock(engine.url), _schema_transaction(engine) as connection:
+        state = read_state(connection)
+        _refuse_newer(state, describe(engine.url))
+        if state.revision == head_revision() and state.whole():
+            return Upgrade(state.revision, state.revision, "already at the newest schema")
+        try:
+            done = bring_to_head(connection, state)
+        except RepairError as exc:
+            raise SchemaError(f"{describe(engine.url)} cannot be upgraded: {exc}") from None
+        return Upgrade(state.revision, head_revision(), done)
 
 
-def _upgrade(engine: Engine) -> tuple[str | None, str]:
-    path = sqlite_path(engine.url)
-    if path is None:
-        return _migrate(engine)
-    # A SQLite file is migrated through an engine of its own with the driver's own transaction
-    # handling (see make_engine); the schema lock keeps every other process out meanwhile.
-    plain = make_engine(engine.url.render_as_string(hide_password=False), immediate=False)
+@contextmanager
+def _schema_transaction(engine: Engine) -> Iterator[Connection]:
+    """The one transaction a change of the schema runs in. A SQLite file is changed through an
+    engine of its own: transactions begun by hand (the driver's own handling commits each
+    CREATE and ALTER at once, so a kill would leave half a change), foreign keys off (a
+    migration that copies a table drops the original, which the rows referring to it would
+    refuse; the copy keeps every id)."""
+    if sqlite_path(engine.url) is None:
+        with engine.begin() as connection:
+            yield connection
+        return
+    own = make_engine(engine.url.render_as_string(hide_password=False), migrating=True)
     try:
-        return _migrate(plain)
+        with own.begin() as connection:
+            yield connection
     finally:
-        plain.dispose()
+        own.dispose()
+        # A SQLite connection opened before the change may answer PRAGMAs (the inspector's
+        # index and column lists) from the schema it read then: none outlives the change.
         engine.dispose()
 
 
-def _migrate(engine: Engine) -> tuple[str | None, str]:
-    from alembic import command
+def _refuse_newer(state: SchemaState, name: str) -> None:
+    if state.revision is not None and state.revision not in known_revisions():
+        raise SchemaError(f"the tuning database {name} has schema {state.revision}, which this "
+                          f"cute-autotune (schema {head_revision()}) does not know: it was "
+                          "written by a newer release; upgrade cute-autotune")
 
-    before = current_revision(engine)
-    revisions = known_revisions()
-    if before is not None and before not in revisions:
-        raise SchemaError(f"the tuning database has schema {before}, which this cute-autotune "
-                          f"(schema {head_revision()}) does not know; upgrade cute-autotune")
-    pending = revisions[revisions.index(before) + 1:] if before is not None else revisions
-    try:
-        # One transaction per migration: a migration may need to act before its transaction
-        # starts (SQLite's foreign-key switch, 0.4.0), and each step that lands stays landed.
-        for revision in pending:
-            with engine.begin() as connection:
-                command.upgrade(_alembic_config(connection), revision)
-    finally:
-        # A migration may switch a connection's settings for its own work (SQLite's foreign
-        # keys, 0.4.0): no pooled connection outlives it.
-        engine.dispose()
-    return before, head_revision()
+
+def _refuse_unless_automatic(state: SchemaState, url: str, *, create: bool) -> None:
+    """Raise unless opening may bring this database to the newest schema by itself: it is
+    new, or holds no row of ours (made again: nothing in it to back up), and `create`. An
+    older database holding rows is never changed behind the user's back."""
+    _refuse_newer(state, url)
+    foreign = state.foreign()
+    if foreign:
+        raise SchemaError(f"{describe(url)} has tables named as cute-autotune's "
+                          f"({', '.join(sorted(foreign))}) but no schema version of ours "
+                          "matches them: it was not made by cute-autotune or is damaged")
+    if not state.has_rows:
+        if not create:
+            raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
+                              "into it first)")
+        return
+    if state.revision is None:
+        raise SchemaError(
+            f"the tuning database {url} holds cute-autotune's tables and rows but no schema "
+            "version (a process was killed while an older release made or upgraded it). "
+            f"Back it up, then repair it in place with:  cute-autotune db upgrade --db '{url}'")
+    raise SchemaOutdated(
+        f"the tuning database {url} has schema {state.revision}; this cute-autotune needs "
+        f"{head_revision()}. Back it up, then upgrade it in place with:  "
+        f"cute-autotune db upgrade --db '{url}'")
 
 
 def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:
-    revision = current_revision(engine)
-    head = head_revision()
-    if revision != head:
-        # Made by no one yet, being made or migrated by another process right now (its steps
-        # land one at a time), or old: decide under the schema lock, which a creator holds until
-        # its schema is whole.
-        with schema_lock(url, create=create):
-            revision = current_revision(engine)
-            if revision is None:
-                _new_schema(engine, url, create=create)
-                return
-    if revision == head:
+    """Return once the database is at the newest schema: made here if it is new or holds no
+    row of ours (and `create`), else refused with what to do."""
+    if current_revision(engine) == head_revision():
         return
-    if revision in known_revisions():
-        raise SchemaOutdated(
-            f"the tuning database {url} has schema {revision}; this cute-autotune needs {head}. "
-            f"Back it up, then upgrade it in place with:  cute-autotune db upgrade --db '{url}'")
-    raise SchemaError(f"the tuning database {url} has schema {revision}, which this "
-                      f"cute-autotune (schema {head}) does not know: it was written by a newer "
-                      "release; upgrade cute-autotune")
-
-
-def _new_schema(engine: Engine, url: str, *, create: bool) -> None:
-    """A database with no schema version, inside the schema lock: created at the newest schema
-    when it is new (or holds only Optuna's tables), refused when it has tables of ours."""
-    ours = {"devices", "kernel_configs", "measurements", "best_configs"}
-    if ours & set(inspect(engine).get_table_names()):
-        raise SchemaError(f"{describe(url)} has cute-autotune tables but no schema version; "
-                          "it was not made by cute-autotune or is damaged")
-    if not create:
-        raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
-                          "into it first)")
-    _upgrade(engine)
+    # Made by no one yet, being made or repaired by another process right now, or old: decided
+    # under the schema lock, which a process changing the schema holds until it is done.
+    with schema_lock(url, create=create):
+        if not create:
+            with engine.connect() as connection:
+                state = read_state(connection)
+            if state.revision != head_revision():
+                _refuse_unless_automatic(state, url, create=False)
+            return
+        with _schema_transaction(engine) as connection:
+            state = read_state(connection)
+            if state.revision == head_revision():
+                return
+            _refuse_unless_automatic(state, url, create=True)
+            bring_to_head(connection, state)
 
 
 # Engines whose schema has been checked: the check (a few queries) runs once per engine, when

@@ -5,8 +5,8 @@ autotune.store.schema; there is no alembic.ini). The revision is kept in
 
 from alembic import context
 
+from autotune.store.migrate import VERSION_TABLE
 from autotune.store.models import Base
-from autotune.store.schema import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata,

@@ -81,7 +81,10 @@ def test_an_older_schema_is_refused_with_the_upgrade_command(
     engine = open_engine(url)
     with engine.begin() as c:
         c.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '0.0.9'")
-    monkeypatch.setattr(schema, "known_revisions", lambda: ["0.0.9", head_revision()])
+        # an old database holding nothing of ours would be made again, not refused
+        c.exec_driver_sql("INSERT INTO devices (name, compute_capability, sm_count, "
+                          "driver_version, cuda_version) VALUES ('gpu', 90, 132, '1', '13.0')")
+    monkeypatch.setattr(schema, "known_revisions", lambda: ("0.0.9", head_revision()))
     with pytest.raises(SchemaOutdated, match=r"cute-autotune db upgrade --db"):
         open_engine(url)
 

@@ -18,14 +18,11 @@ _SHAPE = ["dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head
 _CLASS = ["dtype", "head_dim", "causal", "seqlen_q", "seqlen_k", "batch", "heads_q", "heads_kv"]
 
 
-def _foreign_keys(on: bool) -> None:
-    # SQLite changes a constraint by copying the table and dropping the old one, which the rows
-    # referring to it (measurements, best configs) would refuse; the copy keeps every id, so
-    # the references hold again once it is renamed (checked before the end). The pragma acts
-    # outside a transaction only: `schema.upgrade` drops the pooled connections afterwards, so
-    # no connection keeps foreign keys off.
-    if op.get_bind().dialect.name == "sqlite":
-        op.execute(f"PRAGMA foreign_keys = {'ON' if on else 'OFF'}")
+# SQLite changes a constraint by copying the table and dropping the old one, which the rows
+# referring to it (measurements, best configs) would refuse: store.migrate runs every SQLite
+# migration inside one transaction with foreign keys off (the pragma cannot change inside one).
+# The copy keeps every id, so the references hold again once it is renamed (checked before the
+# end of the migration).
 
 
 def _check_foreign_keys() -> None:
@@ -36,7 +33,6 @@ def _check_foreign_keys() -> None:
 
 
 def upgrade() -> None:
-    _foreign_keys(False)
     op.drop_index("ix_problems_class", table_name="problems")
     with op.batch_alter_table("problems") as batch:
         batch.add_column(sa.Column("kv_cache", sa.String(16), nullable=False,
@@ -45,7 +41,6 @@ def upgrade() -> None:
         batch.create_unique_constraint("uq_problems_shape", [*_SHAPE, "kv_cache"])
     op.create_index("ix_problems_class", "problems", [*_CLASS[:3], "kv_cache", *_CLASS[3:]])
     _check_foreign_keys()
-    _foreign_keys(True)
 
 
 def downgrade() -> None:
@@ -55,7 +50,6 @@ def downgrade() -> None:
     if held:
         raise RuntimeError(f"{held} problems are KV-cache problems (kv_cache other than dense), "
                            "which schema 0.3.0 cannot hold; export them and delete them first")
-    _foreign_keys(False)
     op.drop_index("ix_problems_class", table_name="problems")
     with op.batch_alter_table("problems") as batch:
         batch.drop_constraint("uq_problems_shape", type_="unique")
@@ -63,4 +57,3 @@ def downgrade() -> None:
         batch.drop_column("kv_cache")
     op.create_index("ix_problems_class", "problems", _CLASS)
     _check_foreign_keys()
-    _foreign_keys(True)
