@@ -7,6 +7,9 @@ import os
 import socket
 from dataclasses import dataclass
 
+# The attribute (an Optuna trial's user attribute) that names the process running a trial.
+OWNER_ATTR = "owner"
+
 
 @dataclass(frozen=True)
 class Owner:

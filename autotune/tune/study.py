@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .._process import Owner, is_gone, this_process
+from .._process import OWNER_ATTR, Owner, is_gone, this_process
 from ..model.config import Config, InvalidConfig, Value
 from ..model.problem import Problem
 from ..model.space import Space
@@ -120,7 +120,7 @@ class Study:
         study = self._study
         stale, now = self._stale_ids(), datetime.now()
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner = Owner.from_json(frozen.user_attrs.get("owner"))
+            owner = Owner.from_json(frozen.user_attrs.get(OWNER_ATTR))
             why = self._left_behind(frozen, owner, stale, now)
             if why is None:
                 continue
@@ -144,6 +144,11 @@ class Study:
         a trial's start."""
         if frozen._trial_id in _abandoned:
             return "its process lost the database connection while running it"
+        if _connection_broke and owner == this_process() and not _heartbeats.holds(
+                frozen._trial_id):
+            # made RUNNING in the database, in this process's name, by an ask whose
+            # connection broke before it returned: no one here runs it
+            return "its process lost the database connection while asking it"
         if owner is None:
             # A process names itself on a trial right after asking it: one that has no name
             # long after its start was asked by a process killed in between.
@@ -258,7 +263,7 @@ class Study:
             if not digest:
                 continue
             if t.state == TrialState.RUNNING:
-                owner = Owner.from_json(t.user_attrs.get("owner"))
+                owner = Owner.from_json(t.user_attrs.get(OWNER_ATTR))
                 if self._left_behind(t, owner, stale, now) is None:
                     taken.add(digest)
             elif t.state == TrialState.COMPLETE or t.user_attrs.get("status") not in NOT_COUNTED:
@@ -273,7 +278,8 @@ class Study:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             trial = self._study.ask(self._distributions)
         _heartbeats.add(self._storage, trial._trial_id)
-        trial.set_user_attr("owner", this_process().as_json())
+        if self._storage is None:  # in memory; a database's storage owned it as it asked
+            trial.set_user_attr(OWNER_ATTR, this_process().as_json())
         config = self.space.config(**self.fixed, **trial.params)
         trial.set_user_attr("digest", config.digest)
         trial.set_user_attr("config", config.to_json())
@@ -309,7 +315,7 @@ class Study:
         the store (reused) and adds the trial then."""
         from optuna.trial import TrialState, create_trial
 
-        attrs: dict[str, Any] = {"owner": this_process().as_json(), "digest": config.digest,
+        attrs: dict[str, Any] = {OWNER_ATTR: this_process().as_json(), "digest": config.digest,
                                  "config": config.to_json(), "build_key": build_key,
                                  "status": outcome.status.value}
         if outcome.value is None:
@@ -351,8 +357,9 @@ _storages_lock = threading.Lock()
 # any host: its process, or its host, died or lost the database.
 HEARTBEAT_S = 20
 GRACE_S = 120
-# A RUNNING trial that names no owner this long after its start was asked by a process killed
-# before it could name itself (a window of milliseconds).
+# A RUNNING trial that names no owner this long after its start was asked by a process of a
+# release before tune.owned_trials, killed before it could name itself (a window of
+# milliseconds); this release names the owner in the transaction that makes a trial RUNNING.
 ORPHAN_S = 60
 
 
@@ -367,6 +374,8 @@ def optuna_storage(url: str | None) -> Any:
     import optuna
     from sqlalchemy.engine import make_url
 
+    from .owned_trials import OwnedTrialsStorage
+
     with _storages_lock:
         storage = _storages.get(url)
         if storage is None:
@@ -376,7 +385,7 @@ def optuna_storage(url: str | None) -> Any:
                 # checkout and replaced, as the tuning store's engine does (schema.make_engine),
                 # rather than failing the next trial's transaction.
                 server = make_url(url).get_backend_name() != "sqlite"
-                storage = optuna.storages.RDBStorage(
+                storage = OwnedTrialsStorage(
                     url, engine_kwargs={"pool_pre_ping": True} if server else None,
                     heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
             sqlite_immediate_writes(storage.engine)
@@ -404,6 +413,10 @@ class _Heartbeats:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="optuna-heartbeats")
                 self._thread.start()
+
+    def holds(self, trial_id: int) -> bool:
+        with self._lock:
+            return trial_id in self._trials
 
     def remove(self, trial_id: int) -> None:
         with self._lock:
@@ -434,6 +447,9 @@ class _Heartbeats:
 _heartbeats = _Heartbeats()
 # Trials this process asked and gave up (their ids: one database per process, a worker's).
 _abandoned: set[int] = set()
+# Whether this process's database connection broke mid-search: an ask cut off then may have
+# made a trial RUNNING in this process's name that the process never learnt of.
+_connection_broke = False
 
 
 def abandon_running() -> None:
@@ -441,6 +457,8 @@ def abandon_running() -> None:
     mid-search, so whether each was told is unknown. Their heartbeats stop, and the next
     session of their study (this process's own, when it runs the work again) settles them as
     it settles a dead process's trials: told the value already stored, else interrupted."""
+    global _connection_broke
+    _connection_broke = True
     _abandoned.update(_heartbeats.remove_all())
 
 

@@ -209,8 +209,8 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
         "same_best_configs": best == reference_best,
         "items_the_other_gpu_model_took": [i.gpu_model for i in taken_by_other],
         "outputs_with_a_traceback": tracebacks, "outputs_with_database_is_locked": locked,
-        # asked by a process killed, or cut off from the database, before it named itself on
-        # the trial: settled by the next session of its study once ORPHAN_S old
+        # none: a trial's owner is written in the transaction that makes it RUNNING
+        # (tune.owned_trials)
         "running_trials_without_an_owner": running_trials["not"]})
 
     assert kills == kill_rounds and drops == drop_rounds
@@ -224,10 +224,9 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
     assert locked == 0, "a worker printed 'database is locked'"
     assert tracebacks == 0, next(o for o in outputs.values() if "Traceback" in o)[-3000:]
     assert failed_exits == [], failed_exits
-    # No trial a worker named itself on is left RUNNING. A kill that lands between Optuna's
-    # ask and the worker's name on the trial leaves one without an owner: the next session
-    # settles it once it is ORPHAN_S old (tests/faults/test_heartbeats.py).
-    assert running_trials[""] == 0
+    # No trial is left RUNNING: each names its owner from the transaction that made it
+    # RUNNING, and the next session of its study settled those of killed workers.
+    assert running_trials == {"": 0, "not": 0}
 
 
 def test_workers_killed_at_random_lose_and_duplicate_nothing_on_sqlite(
