@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from .._shown import shown
+
 Value = int | bool | str
 
 # A kernel family is the stem of one of the package's space files (search_spaces/<family>.toml).
@@ -19,8 +21,8 @@ FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 def check_family_name(family: object) -> str:
     """`family` if it is a well-formed family name; InvalidConfig otherwise."""
     if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
-        raise InvalidConfig([f"unknown kernel family {family!r}: a family is named by a space "
-                             "file (lower-case letters, digits and _, at most 32)"])
+        raise InvalidConfig([f"unknown kernel family {shown(family)}: a family is named by a "
+                             "space file (lower-case letters, digits and _, at most 32)"])
     return family
 
 
@@ -52,9 +54,9 @@ class Config:
     def make(cls, family: str, values: Mapping[str, Value]) -> Config:
         for name, value in values.items():
             if not isinstance(name, str) or not name.isidentifier():
-                raise InvalidConfig([f"parameter name {name!r} is not an identifier"])
+                raise InvalidConfig([f"parameter name {shown(name)} is not an identifier"])
             if not isinstance(value, (bool, int, str)):
-                raise InvalidConfig([f"{name} = {value!r}: values must be int, bool or str"])
+                raise InvalidConfig([f"{name} = {shown(value)}: values must be int, bool or str"])
         return cls(family, tuple(sorted(values.items())))
 
     @classmethod
@@ -91,7 +93,7 @@ class Config:
         for key, value in self.values:
             if key == name:
                 return value
-        raise KeyError(f"{self.family} config has no parameter {name!r}")
+        raise KeyError(f"{self.family} config has no parameter {shown(name)}")
 
     def __iter__(self) -> Iterator[tuple[str, Value]]:
         return iter(self.values)

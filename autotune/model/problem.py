@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from .._shown import shown
+
 DTYPES = ("fp16", "bf16")
 # How the keys and values are held (the decode family's KV caches, issue 15): "dense" is q, k, v
 # tensors with every key valid (plain attention; a full contiguous cache); "seqlens" a padded
@@ -45,21 +47,21 @@ class Problem:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not (
                     1 <= value <= MAX_SIZE):
-                raise ValueError(f"{name} must be an integer from 1 to 2^31-1, got {value!r}")
+                raise ValueError(f"{name} must be an integer from 1 to 2^31-1, got {shown(value)}")
         if self.heads_q % self.heads_kv:
             raise ValueError(
                 f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})"
             )
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+            raise ValueError(f"dtype must be one of {DTYPES}, got {shown(self.dtype)}")
         if not isinstance(self.causal, bool):
-            raise ValueError(f"causal must be a bool, got {self.causal!r}")
+            raise ValueError(f"causal must be a bool, got {shown(self.causal)}")
         if self.kv_cache in ("dense", "seqlens"):
             return
         page = self.page_size
         if not page:
             raise ValueError(f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
-                             f"{MAX_PAGE_SIZE}), got {self.kv_cache!r}")
+                             f"{MAX_PAGE_SIZE}), got {shown(self.kv_cache)}")
         if self.seqlen_k % page:
             raise ValueError(f"a {self.kv_cache} cache holds whole pages: seqlen_k "
                              f"({self.seqlen_k}) must be a multiple of {page}")
@@ -95,11 +97,14 @@ class Problem:
         if not self.causal:
             return lq * lk
         offset = lk - lq
-        # rows i where 0 < i + 1 + offset < lk see i + 1 + offset keys; later rows see all lk
+        # rows i where 0 < i + 1 + offset < lk see i + 1 + offset keys; later rows see all lk.
+        # The partial rows' sum is an arithmetic series, summed in closed form: a count by
+        # rows would take as long as the lengths are large (2^31 rows: minutes).
         first_full = max(0, lk - 1 - offset)  # first row that sees every key
-        partial_rows = range(max(0, -offset), min(lq, first_full))
-        partial = sum(i + 1 + offset for i in partial_rows) if partial_rows else 0
-        return partial + max(0, lq - max(first_full, 0)) * lk
+        start, stop = max(0, -offset), min(lq, first_full)
+        rows = max(0, stop - start)
+        partial = (start + stop - 1) * rows // 2 + rows * (1 + offset)
+        return partial + max(0, lq - first_full) * lk
 
     @property
     def flops(self) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .._paths import search_spaces_dir
+from .._shown import shown
 from . import expressions as _expr
 from .config import Config, InvalidConfig, Value, check_family_name
 from .problem import page_size_of
@@ -57,14 +58,16 @@ class Param:
     def cpp_literal(self, value: Value) -> str:
         """The C++ spelling of an allowed value. Only whitelisted values ever get here."""
         if value not in self.values:
-            raise InvalidConfig([f"{self.name} = {value!r} is not one of {list(self.values)}"])
+            raise InvalidConfig(
+                [f"{self.name} = {shown(value)} is not one of {list(self.values)}"])
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, int):
             return str(int(value))
         spelled = dict(self.cpp).get(value)
         if spelled is None:
-            raise InvalidConfig([f"{self.name} = {value!r} has no C++ spelling in the space file"])
+            raise InvalidConfig(
+                [f"{self.name} = {shown(value)} has no C++ spelling in the space file"])
         return spelled
 
     def label(self, value: Value) -> str:
@@ -287,14 +290,14 @@ class Space:
     def _domain_reasons(self, config: Config) -> list[str]:
         """Why `config` is not in this space's domain (empty when it is): the one check."""
         if config.family != self.family:
-            return [f"config is of family {config.family!r}, not {self.family!r}"]
+            return [f"config is of family {shown(config.family)}, not {shown(self.family)}"]
         given = dict(config.values)
-        reasons = [f"unknown parameter {k!r}" for k in given if k not in self.params]
+        reasons = [f"unknown parameter {shown(k)}" for k in given if k not in self.params]
         for p in self.params.values():
             if p.name not in given:
-                reasons.append(f"missing parameter {p.name!r}")
+                reasons.append(f"missing parameter {shown(p.name)}")
             elif not _same_kind(given[p.name], p.values):
-                reasons.append(f"{p.name} = {given[p.name]!r} is not one of {list(p.values)}")
+                reasons.append(f"{p.name} = {shown(given[p.name])} is not one of {list(p.values)}")
         return reasons
 
     # -- derived values and constraints -----------------------------------------------------
@@ -334,13 +337,13 @@ class Space:
         fixed = dict(fixed or {})
         unknown = set(fixed) - set(self.params)
         if unknown:
-            raise InvalidConfig([f"unknown parameter {k!r}" for k in sorted(unknown)])
+            raise InvalidConfig([f"unknown parameter {shown(k)}" for k in sorted(unknown)])
         axes: list[tuple[Value, ...]] = []
         for p in self.params.values():
             if p.name in fixed:
                 if not _same_kind(fixed[p.name], p.values):
                     raise InvalidConfig(
-                        [f"{p.name} = {fixed[p.name]!r} is not one of {list(p.values)}"])
+                        [f"{p.name} = {shown(fixed[p.name])} is not one of {list(p.values)}"])
                 axes.append((fixed[p.name],))
             else:
                 axes.append(p.values)
@@ -441,7 +444,7 @@ def load_space(family: str) -> Space:
     `families()` lists before any path is built from it."""
     known = _family_names()
     if check_family_name(family) not in known:
-        raise InvalidConfig([f"unknown kernel family {family!r}; known: {', '.join(known)}"])
+        raise InvalidConfig([f"unknown kernel family {shown(family)}; known: {', '.join(known)}"])
     return _load_space(family)
 
 

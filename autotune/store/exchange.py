@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .._shown import shown
 from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
 from ..model.problem import MAX_SIZE, Problem
@@ -59,11 +60,6 @@ class ImportEntry:
             other.result.config, other.result.median_us)
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
 def _length(column: Any) -> int:
     return int(column.type.length)
 
@@ -71,7 +67,7 @@ def _length(column: Any) -> int:
 def _text(data: dict[str, Any], name: str, limit: int, *, default: str | None = None) -> str:
     value = data.get(name, default)
     if not isinstance(value, str) or len(value) > limit:
-        shown = f"{len(value)} characters" if isinstance(value, str) else _show(value)
+        shown = f"{len(value)} characters" if isinstance(value, str) else shown(value)
         raise BrokenRow(f"{name} must be a string of at most {limit} characters, got {shown}")
     return value
 
@@ -80,7 +76,7 @@ def _integer(data: dict[str, Any], name: str, low: int, high: int, *,
              default: int | None = None) -> int:
     value = data.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BrokenRow(f"{name} must be an integer from {low} to {high}, got {_show(value)}")
+        raise BrokenRow(f"{name} must be an integer from {low} to {high}, got {shown(value)}")
     return value
 
 
@@ -89,10 +85,12 @@ def _median(data: dict[str, Any], name: str, problem: Problem, device: DeviceInf
     value = data.get(name)
     if value is None and optional:
         return None
+    # compared as they are: an integer no float holds (10^400) is out of range, not an
+    # OverflowError, and NaN fails every comparison
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and MIN_MEDIAN_US <= value <= MAX_MEDIAN_US):
+            MIN_MEDIAN_US <= value <= MAX_MEDIAN_US):
         raise BrokenRow(f"{name} must be a time from {MIN_MEDIAN_US} us to an hour, "
-                        f"got {_show(value)}")
+                        f"got {shown(value)}")
     flops = problem.tflops(value) * 1e12
     peak = tensor_peak_flops(device.compute_capability, device.sm_count)
     if flops > 2 * peak:
@@ -105,7 +103,7 @@ def parse_device(data: Any) -> DeviceInfo:
     """The device `data` describes (an imported entry's, or a stored row's); BrokenRow if it
     cannot be one."""
     if not isinstance(data, dict):
-        raise BrokenRow(f"'device' must be an object, got {_show(data)}")
+        raise BrokenRow(f"'device' must be an object, got {shown(data)}")
     name = _text(data, "name", _length(Device.name))
     if not name:
         raise BrokenRow("the device has no name")
@@ -128,11 +126,11 @@ def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEn
         raise BrokenRow("entry is not an object")
     device = parse_device(entry.get("device"))
     if not isinstance(entry.get("problem"), dict):
-        raise BrokenRow(f"'problem' must be an object, got {_show(entry.get('problem'))}")
+        raise BrokenRow(f"'problem' must be an object, got {shown(entry.get('problem'))}")
     problem = Problem(**entry["problem"])
     config = validate_config(Config.from_dict(entry.get("config")))
     if entry.get("family", config.family) != config.family:
-        raise BrokenRow(f"family {_show(entry['family'])} but a {config.family} config")
+        raise BrokenRow(f"family {shown(entry['family'])} but a {config.family} config")
     mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
     if mismatch:
         raise BrokenRow(f"config is for another problem class ({mismatch} differ)")
@@ -174,7 +172,7 @@ def parse_export(data: Any) -> list[ImportEntry]:
     if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
         raise BrokenRow(f"not a {EXPORT_FORMAT} document")
     if data.get("version") != EXPORT_VERSION:
-        raise BrokenRow(f"export version {_show(data.get('version'))} is not {EXPORT_VERSION}")
+        raise BrokenRow(f"export version {shown(data.get('version'))} is not {EXPORT_VERSION}")
     results = data.get("results")
     if not isinstance(results, list):
         raise BrokenRow("'results' must be a list")
