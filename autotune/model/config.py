@@ -74,7 +74,7 @@ class Config:
     def from_json(cls, text: str) -> Config:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (ValueError, TypeError) as exc:  # JSONDecodeError, bytes not UTF-8, not text
             raise InvalidConfig([f"not valid JSON: {exc}"]) from None
         return cls.from_dict(data)
 

@@ -267,6 +267,11 @@ class RuntimeMiss(Base):
     problem: Mapped[ProblemRow] = relationship()
 
 
+# A work item's states (store.queue).
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+WORK_STATES = (QUEUED, RUNNING, DONE, FAILED)
+
+
 class WorkItem(Base):
     """A problem to tune on one GPU model (`tune --enqueue`), taken by a `worker` of that model
     under a lease it renews while it runs (schema 0.5.0). state: queued | running | done |

@@ -24,10 +24,9 @@ from sqlalchemy.orm import joinedload
 
 from ..measure.records import DeviceInfo, gpu_model_words
 from ..model.problem import Problem
-from .models import ProblemRow, WorkItem, utcnow
-from .repo import TuningStore, _problem_or_none, _utc, same_gpu
-
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+from .models import DONE, FAILED, QUEUED, RUNNING, ProblemRow, WorkItem, utcnow
+from .repo import TuningStore, _problem_or_none, _served_problem, _utc, same_gpu
+from .row_checks import check_work_item
 
 
 @dataclass(frozen=True)
@@ -171,9 +170,10 @@ class WorkQueue:
                 *_of_model(device), WorkItem.state.in_((QUEUED, RUNNING)))) or 0)
 
     def items(self) -> list[QueuedItem]:
-        """Every item, oldest first (broken problem rows left out)."""
+        """Every item, oldest first (a broken row, or one whose problem is, left out and
+        logged)."""
         with self.store._transaction() as s:
             rows = s.scalars(select(WorkItem).options(joinedload(WorkItem.problem))
                              .order_by(WorkItem.id))
             return [_item(row, problem) for row in rows
-                    if (problem := _problem_or_none(row.problem)) is not None]
+                    if (problem := _served_problem(check_work_item, row)) is not None]

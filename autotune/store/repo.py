@@ -16,11 +16,12 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, contains_eager, joinedload, sessionmaker
 
+from .._shown import shown
 from ..build.cache import DIGEST
 from ..build.compiler import BuildResult
 from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
-from ..model.problem import Problem
+from ..model.problem import MAX_SIZE, Problem
 from ..model.space import validate_config
 from ..model.status import Status
 from .exchange import EXPORT_FORMAT, EXPORT_VERSION, BrokenRow, ImportEntry, parse_export
@@ -45,6 +46,7 @@ from .row_checks import (
     check_miss,
     device_of,
     positive,
+    referenced,
 )
 from .schema import (
     READ_ONLY,
@@ -91,17 +93,32 @@ def _problem_of(row: ProblemRow) -> Problem:
         raise BrokenRow(f"stored problem #{row.id} is not valid: {exc}") from None
 
 
-def _problem_or_none(row: ProblemRow) -> Problem | None:
-    """`_problem_of`, None for a broken row: a listing skips it (broken_rows names it)."""
+def _problem_or_none(row: ProblemRow | None) -> Problem | None:
+    """`_problem_of`, None for a broken or missing row: a listing skips it (broken_rows names
+    it)."""
     try:
-        return _problem_of(row)
+        return None if row is None else _problem_of(row)
     except BrokenRow:
         return None
+
+
+def _sizes_or_none(problem_id: Any, sizes: Sequence[Any]) -> tuple[int, ...] | None:
+    """A problem row's batch, heads and lengths as `_distance` takes them, when they can be
+    (integers of the contract's range, the query heads a multiple of the KV heads); else None,
+    logged: a row with text or zero in them is passed over, never ranked."""
+    if all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIZE
+           for v in sizes) and sizes[1] % sizes[2] == 0:
+        return tuple(sizes)
+    _log.warning("stored problem #%s is not valid: sizes %s: passed over for the next nearest",
+                 shown(problem_id), shown(tuple(sizes), 120))
+    return None
 
 
 def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
     """The stored config, validated again: a broken row is refused, never run."""
     try:
+        if not isinstance(row.config_json, str):  # SQLite keeps bytes in a text column
+            raise InvalidConfig([f"config_json is not text: {shown(row.config_json)}"])
         config = validate_config(Config.from_json(row.config_json))
     except InvalidConfig as exc:
         raise BrokenRow(f"stored config {row.digest} is not valid: {exc}") from None
@@ -454,7 +471,8 @@ class TuningStore:
         versions may differ between machines), of a device name, or of every device."""
         # The device, problem and config of each row come in the same query: a row is never
         # read without them (one query, not three per row).
-        query = select(BestConfig).join(Device).options(
+        # An outer join: a row whose device is not there is read, and refused by name.
+        query = select(BestConfig).outerjoin(Device).options(
             joinedload(BestConfig.device), joinedload(BestConfig.problem),
             joinedload(BestConfig.config))
         return list(s.scalars(_of_device(query, device).order_by(BestConfig.id)).all())
@@ -474,12 +492,12 @@ class TuningStore:
 
     @staticmethod
     def _record(row: BestConfig) -> BestRecord:
-        problem = _problem_of(row.problem)
-        device = device_of(row.device)
+        problem = _problem_of(referenced(row, "problem"))
+        device = device_of(referenced(row, "device"))
         check_best_numbers(row)
         return BestRecord(
             device=device, problem=problem,
-            config=_config_of(row.config, problem), median_us=row.median_us, tflops=row.tflops,
+            config=_config_of(referenced(row, "config"), problem), median_us=row.median_us, tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
             updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
@@ -506,7 +524,8 @@ class TuningStore:
                      if (key := _build_key(build)) is not None}
             return {(row.device.name, problem): timed[row.id]
                     for row in self._best_rows(s, device)
-                    if timed.get(row.id) and (problem := _problem_or_none(row.problem))}
+                    if timed.get(row.id) and row.device is not None
+                    and (problem := _problem_or_none(row.problem))}
 
     def family_tuned(self, device: DeviceInfo, problem: Problem, study: str,
                      current_key: Callable[[Config], str] | None = None) -> bool:
@@ -536,8 +555,14 @@ class TuningStore:
                 built = s.scalar(mine.where(Measurement.phase == "search",
                                             Measurement.build_id.is_not(None)))
                 trial = s.get(Measurement, built) if built is not None else None
-                if trial is not None and trial.build is not None and (
-                        _build_key(trial.build) != current_key(_config_of(trial.config))):
+                try:
+                    moved = trial is not None and trial.build is not None and (
+                        _build_key(trial.build)
+                        != current_key(_config_of(referenced(trial, "config"))))
+                except BrokenRow as exc:  # searched again rather than trusted
+                    _log.warning("%s: the study is searched again", exc)
+                    return False
+                if moved:
                     return False
             return True
 
@@ -550,8 +575,8 @@ class TuningStore:
         # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
         # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
         # row), and only the nearest is read whole.
-        query = (select(BestConfig.id, ProblemRow.batch, ProblemRow.heads_q, ProblemRow.heads_kv,
-                        ProblemRow.seqlen_q, ProblemRow.seqlen_k)
+        query = (select(BestConfig.id, ProblemRow.id, ProblemRow.batch, ProblemRow.heads_q,
+                        ProblemRow.heads_kv, ProblemRow.seqlen_q, ProblemRow.seqlen_k)
                  .join(BestConfig.device).join(BestConfig.problem)
                  .where(*_in_class(problem.dtype, problem.head_dim, problem.causal,
                                    problem.kv_cache)))
@@ -559,8 +584,9 @@ class TuningStore:
             families = (family,) if isinstance(family, str) else tuple(family)
             query = query.join(BestConfig.config).where(KernelConfig.family.in_(families))
         with self._reading() as s:
-            candidates = [(_distance(problem, *sizes), best_id)
-                          for best_id, *sizes in s.execute(_of_device(query, device))]
+            candidates = [(_distance(problem, *valid), best_id)
+                          for best_id, problem_id, *sizes in s.execute(_of_device(query, device))
+                          if (valid := _sizes_or_none(problem_id, sizes)) is not None]
             for distance, best_id in sorted(candidates):
                 row = s.scalars(select(BestConfig).where(BestConfig.id == best_id).options(
                     joinedload(BestConfig.device), joinedload(BestConfig.problem),
@@ -753,9 +779,10 @@ class TuningStore:
         for name in ("median_us", "p20_us", "p80_us"):
             value = getattr(row, name)
             if status == Status.OK and name == "median_us" and value is None or (
-                    value is not None and not (math.isfinite(value) and value > 0)):
-                raise BrokenRow(f"stored measurement #{row.id} has no valid {name}: {value!r}")
-        return TrialResult(_config_of(row.config), status, row.reason, row.median_us,
+                    value is not None and not positive(value)):
+                raise BrokenRow(f"stored measurement #{row.id} has no valid {name}: "
+                                f"{shown(value)}")
+        return TrialResult(_config_of(referenced(row, "config")), status, row.reason, row.median_us,
                            row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
                            build_key, reused=True, env=_env_of(row))
 
@@ -790,10 +817,10 @@ class TuningStore:
                     if started:
                         break
                     continue
-                if row.config.digest in seen:
+                if row.config_id in seen:
                     break
                 started = True
-                seen.add(row.config.digest)
+                seen.add(row.config_id)
                 try:
                     session.append(self._timing_of(row))
                 except BrokenRow:
@@ -904,8 +931,19 @@ class TuningStore:
                                 problem, row.path, row.count,
                                 _iso_utc(row.first_seen), _iso_utc(row.last_seen))
                      for row in s.scalars(query)
-                     if _passes(check_miss, row) and (problem := _problem_or_none(row.problem))]
+                     if (problem := _served_problem(check_miss, row)) is not None]
             return found[:limit]
+
+
+def _served_problem(check: Callable[[Any], None], row: Any) -> Problem | None:
+    """The problem of a row that refers to one (a runtime miss, a work item), when the row
+    passes `check` and its problem is there and valid; else None, logged."""
+    try:
+        check(row)
+        return _problem_of(referenced(row, "problem"))
+    except BrokenRow as exc:
+        _log.warning("%s: left out", exc)
+        return None
 
 
 def _passes(check: Callable[[Any], None], row: Any) -> bool:

@@ -14,10 +14,20 @@ import math
 import re
 from typing import Any, TypeGuard
 
+from .._shown import shown
 from ..model.problem import MAX_SIZE
 from ..model.target import MAX_CC, MIN_CC
 from .exchange import MAX_MEDIAN_US, MIN_MEDIAN_US, BrokenRow, parse_device
-from .models import Baseline, BestConfig, Build, Device, RuntimeMiss
+from .models import (
+    WORK_STATES,
+    Baseline,
+    BestConfig,
+    Build,
+    Device,
+    Measurement,
+    RuntimeMiss,
+    WorkItem,
+)
 from .records import DeviceInfo
 
 # An artifact key as build.cache makes it, or a replayed recording's (tune.backends): never a
@@ -25,6 +35,28 @@ from .records import DeviceInfo
 _BUILD_KEY = re.compile(r"(replay-)?[0-9a-f]{16,64}")
 # How dispatch names the path that served a miss (runtime.attention: "nearest:sdpa", ...).
 _MISS_PATH = re.compile(r"[a-z][a-z0-9_:-]{0,15}")
+# A work item's families as `tune --enqueue` writes them: a comma list of family names.
+_FAMILIES = re.compile(r"([a-z][a-z0-9_]{0,31}(,[a-z][a-z0-9_]{0,31})*)?")
+
+# How a refusal names a row of each table that refers to others: "stored best config #4 ...".
+ROW_NAMES: dict[type[Any], str] = {
+    BestConfig: "best config", Measurement: "measurement", Baseline: "baseline", Build: "build",
+    RuntimeMiss: "runtime miss", WorkItem: "work item"}
+
+
+def referenced(row: Any, relation: str) -> Any:
+    """The row that `row` refers to by the foreign key of `relation` (its `relation`_id);
+    BrokenRow when the key names no row: SQLite does not enforce foreign keys, and a database
+    edited by hand, or restored in part, may hold one that names nothing."""
+    target = getattr(row, relation)
+    if target is None:
+        raise BrokenRow(f"stored {ROW_NAMES[type(row)]} #{row.id} refers to {relation} "
+                        f"#{shown(getattr(row, f'{relation}_id'))}, which is not there")
+    return target
+
+
+def _integer(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def positive(value: Any) -> TypeGuard[float]:
@@ -38,8 +70,16 @@ def is_time(value: Any) -> bool:
     return positive(value) and MIN_MEDIAN_US <= value <= MAX_MEDIAN_US
 
 
+def readable(value: Any) -> bool:
+    """Text that can be shown as it is: printable, and not bytes read back as U+FFFD
+    (schema._text_of: SQLite keeps text that is not UTF-8)."""
+    return isinstance(value, str) and value.isprintable() and "\ufffd" not in value
+
+
 def device_of(row: Device) -> DeviceInfo:
     try:
+        if not readable(row.name):
+            raise BrokenRow(f"name {shown(row.name)} is not printable UTF-8 text")
         return parse_device({"name": row.name, "compute_capability": row.compute_capability,
                              "sm_count": row.sm_count, "driver_version": row.driver_version,
                              "cuda_version": row.cuda_version})
@@ -94,18 +134,29 @@ def build_key_of(row: Build) -> str:
 
 def check_miss(row: RuntimeMiss) -> None:
     """A runtime miss's count ranks what `tune --misses` tunes; its device and path are shown."""
-    def integer(value: Any, low: int, high: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
     reason = (
-        "count" if not integer(row.count, 1, 2**63 - 1)
-        else "compute_capability" if not integer(row.compute_capability, MIN_CC, MAX_CC)
-        else "sm_count" if not integer(row.sm_count, 1, MAX_SIZE)
+        "count" if not _integer(row.count, 1, 2**63 - 1)
+        else "compute_capability" if not _integer(row.compute_capability, MIN_CC, MAX_CC)
+        else "sm_count" if not _integer(row.sm_count, 1, MAX_SIZE)
         else "path" if not (isinstance(row.path, str) and _MISS_PATH.fullmatch(row.path))
-        else "device_name" if not (isinstance(row.device_name, str) and row.device_name
-                                   and row.device_name.isprintable())
+        else "device_name" if not (readable(row.device_name) and row.device_name)
         else "first_seen" if row.first_seen is None
         else "last_seen" if row.last_seen is None else "")
     if reason:
         raise BrokenRow(f"stored runtime miss #{row.id} has no valid {reason}: "
-                        f"{getattr(row, reason)!r}")
+                        f"{shown(getattr(row, reason))}")
+
+
+def check_work_item(row: WorkItem) -> None:
+    """What `queue` shows of an item and a worker matches it by: its GPU model, state,
+    families and attempts (its settings are checked when a worker takes it)."""
+    reason = (
+        "device_name" if not (readable(row.device_name) and row.device_name)
+        else "compute_capability" if not _integer(row.compute_capability, MIN_CC, MAX_CC)
+        else "sm_count" if not _integer(row.sm_count, 1, MAX_SIZE)
+        else "state" if row.state not in WORK_STATES
+        else "families" if not (isinstance(row.families, str) and _FAMILIES.fullmatch(row.families))
+        else "attempts" if not _integer(row.attempts, 0, MAX_SIZE) else "")
+    if reason:
+        raise BrokenRow(f"stored work item #{row.id} has no valid {reason}: "
+                        f"{shown(getattr(row, reason))}")

@@ -205,10 +205,18 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
             cursor.execute(f"PRAGMA foreign_keys={'OFF' if migrating else 'ON'}")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
             cursor.close()
+            # SQLite keeps any bytes in a text column; the driver's strict decoding would fail
+            # the whole query on one row that is not UTF-8. Read so, such text fails the check
+            # of its row (a config's digest, a name's characters) and the rest are served.
+            dbapi_connection.text_factory = _text_of
 
         if create:
             _begin_writes_immediately(engine)
     return engine
+
+
+def _text_of(stored: bytes) -> str:
+    return stored.decode("utf-8", "replace")
 
 
 # An execution option of an engine (`engine.execution_options(**READ_ONLY)`) whose transactions

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.problem import Problem
 from ..store.records import BestRecord, DeviceInfo
-from ..store.repo import TuningStore
+from ..store.repo import BrokenRow, TuningStore
 from .backends import Backend, GpuBackend, ReplayBackend
 from .search import Progress, SearchSettings, TuneOutcome, tune_problem
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,17 @@ def best_config(problem: Problem, *, db: str | None = None,
     """The stored best config for `problem`: an exact match, else the nearest tuned problem of
     the same dtype, head dim and causality (when `nearest`), else None. `device` narrows the
     search to one GPU (a DeviceInfo, or a device name such as "NVIDIA H200"). Reads only: a
-    database that does not exist is a StoreError, not a new one."""
+    database that does not exist is a StoreError, not a new one. A stored best of exactly
+    `problem` that is refused (BrokenRow) is logged and the nearest served, as dispatch does;
+    with `nearest=False` the refusal is the answer."""
     store = TuningStore(db, create=False)
-    exact = store.best(device, problem)
+    try:
+        exact = store.best(device, problem)
+    except BrokenRow as exc:
+        if not nearest:
+            raise
+        _log.warning("%s: the nearest tuned problem is served instead", exc)
+        exact = None
     if exact is not None:
         return BestAnswer(exact, "exact", 0.0)
     if nearest:
