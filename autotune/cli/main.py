@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._jsonfile import JsonInputError, loads_json, read_json
+from .._shown import for_terminal
 from ..build.cache import CacheNotWritable
 from ..build.compiler import BuildResult, compile_many, default_jobs
 from ..build.toolchain import ToolchainError, toolchain
@@ -388,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    lines = [for_terminal(line.strip()) for line in str(text).strip().splitlines()
+             if line.strip()]
     return " ".join(lines) if len(lines) <= 3 else f"{' '.join(lines[:3])} ..."
 
 

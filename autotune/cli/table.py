@@ -9,6 +9,8 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
+from .._shown import for_terminal
+
 DEFAULT_WIDTH = 100  # when stdout is not a terminal (a pipe, a file, CI)
 MIN_WIDTH = 60
 GAP = "  "
@@ -25,7 +27,8 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
     """The table; `movable` names the columns that may leave the grid, in the order they
     should (default: every column but the first, widest first)."""
     width = width or output_width()
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    # a cell may hold text from outside (a device name, a worker's message): escaped
+    cells = [[for_terminal(str(c)) for c in row] for row in [headers, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     order = ([list(headers).index(name) for name in movable] if movable is not None else
              sorted(range(1, len(headers)), key=lambda i: -widths[i]))

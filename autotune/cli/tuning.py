@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._jsonfile import read_json
+from .._shown import for_terminal
 from ..measure.environment import gpu_available
 from ..model.problem import Problem
 from ..model.shapes import load_shape_set
@@ -393,24 +394,30 @@ def cmd_best(args: argparse.Namespace) -> int:
               f" in {args.db or default_url()}", file=sys.stderr)
         return 1
     r = answer.record
+    lines = []  # names and notes from the database, escaped when printed
     if answer.match == "exact":
-        print(f"exact match: {problem.describe()} on {r.device.name}")
+        lines.append(f"exact match: {problem.describe()} on {r.device.name}")
     else:
-        print(f"no exact match for {problem.describe()}; nearest tuned problem is "
-              f"{r.problem.describe()} on {r.device.name} (distance {answer.distance:.2f})")
-    print(f"family: {r.config.family} ({load_space(r.config.family).name_of(r.config)})")
-    print(f"config: {r.config.to_json()}")
-    print(f"measured: {r.median_us:.1f} us, {r.tflops:.1f} TFLOP/s; SDPA default "
-          f"{_fmt(r.sdpa_default_us, '.1f', ' us')} ({_fmt(r.speedup_vs_default, '.2f', 'x')}), "
-          f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
-          f"{r.trials} trials, {r.source}")
+        lines.append(f"no exact match for {problem.describe()}; nearest tuned problem is "
+                     f"{r.problem.describe()} on {r.device.name} "
+                     f"(distance {answer.distance:.2f})")
+    lines.append(f"family: {r.config.family} "
+                 f"({load_space(r.config.family).name_of(r.config)})")
+    lines.append(f"config: {r.config.to_json()}")
+    lines.append(
+        f"measured: {r.median_us:.1f} us, {r.tflops:.1f} TFLOP/s; SDPA default "
+        f"{_fmt(r.sdpa_default_us, '.1f', ' us')} ({_fmt(r.speedup_vs_default, '.2f', 'x')}), "
+        f"FLASH {_fmt(r.sdpa_flash_us, '.1f', ' us')} ({_fmt(r.speedup_vs_flash, '.2f', 'x')}); "
+        f"{r.trials} trials, {r.source}")
     if r.p20_us is not None and r.p80_us is not None:
-        print(f"spread: p20 {r.p20_us:.1f} us, p80 {r.p80_us:.1f} us")
+        lines.append(f"spread: p20 {r.p20_us:.1f} us, p80 {r.p80_us:.1f} us")
     if r.decision:
-        print(f"decided: {r.decision}")
+        lines.append(f"decided: {r.decision}")
     if r.torch_version or r.cudnn_version or r.regime:
-        print(f"timed under: torch {r.torch_version or '?'}, cuDNN {r.cudnn_version or '?'}, "
-              f"regime {r.regime or '?'}")
+        lines.append(f"timed under: torch {r.torch_version or '?'}, "
+                     f"cuDNN {r.cudnn_version or '?'}, regime {r.regime or '?'}")
+    for line in lines:
+        print(for_terminal(line))
     if args.json:
         timed = TuningStore(args.db, create=False).timed_build_keys(r.device.name)
         Path(args.json).write_text(json.dumps({
@@ -548,7 +555,8 @@ def cmd_report(args: argparse.Namespace) -> int:
               + (f" for {args.device}" if args.device else ""))
         return 0
     for (name, cc, sm), group in by_device(rows).items():
-        print(f"{name} (sm_{cc}, {sm} SMs): what dispatch runs, against the fastest measured")
+        print(f"{for_terminal(name)} (sm_{cc}, {sm} SMs): what dispatch runs, against the "
+              "fastest measured")
         print(render_table(
             ["problem", "path", "dispatched config", "its time", "best measured", "best config",
              "SDPA default", "regret"],

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from .._shown import for_terminal
 from ..measure.environment import gpu_available
 from ..measure.records import DeviceInfo
 from ..model.problem import Problem
@@ -61,7 +62,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"{report.name}: {len(report.done)} done, {len(report.failed)} failed, "
           f"{len(report.lost)} lost to another worker (lease ran out)")
     for item, reason in report.failed:
-        print(f"  failed: item {item.id} {item.problem.describe()}: {reason}")
+        print(f"  failed: item {item.id} {item.problem.describe()}: {for_terminal(reason)}")
     return 0 if not report.failed else 1
 
 

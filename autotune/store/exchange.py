@@ -67,8 +67,11 @@ def _length(column: Any) -> int:
 def _text(data: dict[str, Any], name: str, limit: int, *, default: str | None = None) -> str:
     value = data.get(name, default)
     if not isinstance(value, str) or len(value) > limit:
-        shown = f"{len(value)} characters" if isinstance(value, str) else shown(value)
-        raise BrokenRow(f"{name} must be a string of at most {limit} characters, got {shown}")
+        got = f"{len(value)} characters" if isinstance(value, str) else shown(value)
+        raise BrokenRow(f"{name} must be a string of at most {limit} characters, got {got}")
+    if not value.isprintable():  # it is printed: `list`, `best`, `report`
+        raise BrokenRow(f"{name} must be printable text (no control characters, newlines or "
+                        f"invisible format characters), got {shown(value)}")
     return value
 
 

@@ -322,6 +322,9 @@ def check_row_bounds(model: type[Base], values: dict[str, object]) -> None:
         if isinstance(value, str) and length is not None and len(value) > length:
             raise ValueError(f"{column.table.name}.{column.name} holds at most {length} "
                              f"characters, got {len(value)}")
+        if isinstance(value, str) and "\x00" in value:  # PostgreSQL's text cannot hold it
+            raise ValueError(f"{column.table.name}.{column.name} cannot hold the NUL "
+                             "character")
         if (isinstance(column.type, Integer) and not isinstance(column.type, BigInteger)
                 and isinstance(value, int) and not INT32[0] <= value <= INT32[1]):
             raise ValueError(f"{column.table.name}.{column.name} holds a 32-bit integer, "

@@ -42,6 +42,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from .._paths import cache_dir
+from .._shown import shown
 from .migrate import VERSION_TABLE as VERSION_TABLE
 from .migrate import RepairError, SchemaState, bring_to_head, read_state
 from .migrate import current_revision as current_revision
@@ -196,6 +197,7 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
                          + (" (or use a postgresql+psycopg:// URL with pip install "
                             "'psycopg[binary]')" if parsed.get_backend_name() == "postgresql"
                             else "")) from None
+    event.listen(engine, "before_cursor_execute", _refuse_nul)
     if engine.dialect.name == "sqlite":
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -213,6 +215,26 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
         if create:
             _begin_writes_immediately(engine)
     return engine
+
+
+def _refuse_nul(_connection: Any, _cursor: Any, _statement: str, parameters: Any,
+                _context: Any, _executemany: bool) -> None:
+    """Refuse a NUL in any text a statement sends, before it is sent: PostgreSQL's text cannot
+    hold one (its driver refuses the statement), SQLite would store it, and every database
+    must take or refuse the same strings. (Writes through the ORM are refused earlier, with
+    their table and column named: models.check_column_bounds.)"""
+    # one row or many, as a tuple, list or dict of values, whichever `executemany` says
+    # (a batched insert sends its rows flattened into one tuple): every value is looked at
+    pending = [parameters]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise ValueError(f"text cannot hold the NUL character, got {shown(value)}")
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
 
 
 def _text_of(stored: bytes) -> str:
