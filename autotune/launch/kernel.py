@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._shown import shown
 from ..build.compiler import BuildResult
 from ..build.cubin import read_launch_info
 from ..model.config import Config
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 _DTYPE_CODES = {"fp16": 0, "bf16": 1}  # kDTypeFloat16 / kDTypeBFloat16 in fwd_params.h
+MAX_LAUNCH_SPLITS = 65535  # the launcher's bound on num_splits (a grid dimension's)
 
 _loaded: dict[tuple[str, int], Any] = {}
 _lock = threading.Lock()
@@ -254,15 +256,19 @@ class CompiledKernel:
                              f"{tuple(q.shape)} {q.dtype}")
         ops = [operand(name, logical_bhld(t, layout))
                for name, t in (("q", q), ("k", k), ("v", v), ("out", out))]
-        scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
+        try:
+            scale = 1.0 / math.sqrt(problem.head_dim) if scale is None else float(scale)
+        except (OverflowError, ValueError, TypeError):
+            raise InputError(f"scale must be a finite number > 0, got {shown(scale)}") from None
         if not (math.isfinite(scale) and scale > 0):
             raise InputError(f"scale must be finite and > 0, got {scale}")
         if num_splits is None:
             num_splits = self.num_splits
-        if not isinstance(num_splits, int) or num_splits < 1 or (
+        if type(num_splits) is not int or not 1 <= num_splits <= MAX_LAUNCH_SPLITS or (
                 num_splits > 1 and not self.split_kv):
-            raise InputError(f"num_splits must be an int >= 1 (above 1 only for a split-KV "
-                             f"kernel: the decode family); got {num_splits!r}")
+            raise InputError(f"num_splits must be an int from 1 to {MAX_LAUNCH_SPLITS} (above "
+                             f"1 only for a split-KV kernel: the decode families); got "
+                             f"{shown(num_splits)}")
         plan = self.plan(problem, [op.strides for op in ops], scale, num_splits=num_splits,
                          page_size=page_size, block_table_stride=table_stride,
                          cluster_combine=cluster_combine, cache_pages=cache_pages)

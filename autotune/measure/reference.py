@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import torch
 
 _CHUNK_BYTES = 256 << 20  # bound on one chunk of the score matrix
+_SLICE_BYTES = 64 << 20  # bound on one slice of K and V in fp32
 
 
 @contextlib.contextmanager
@@ -34,31 +35,67 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
 
     Causal is aligned bottom-right (query i sees keys j <= i + Lk - Lq); a query that sees no
     key gets out = 0 and lse = -inf, the kernels' contract.
+
+    Memory: the fp32 output and LSE, plus a working set bounded by `_SLICE_BYTES` (K and V)
+    and `_CHUNK_BYTES` (scores) whatever the inputs' layout. K and V are converted to fp32 a
+    slice of (batch, KV head) at a time, and each KV head's group of query heads is multiplied
+    against it as one matrix (no copy of K and V per query head): inputs expanded with stride 0
+    (a small cache viewed as a large one) are never materialised whole.
     """
     import torch
 
-    qf, kf, vf = (logical_bhld(t, layout).float() for t in (q, k, v))
-    groups = qf.shape[1] // kf.shape[1]
-    if groups > 1:
-        kf = kf.repeat_interleave(groups, dim=1)
-        vf = vf.repeat_interleave(groups, dim=1)
-    batch, heads, seqlen_q, _ = qf.shape
-    seqlen_k = kf.shape[2]
-    rows_per_chunk = max(1, _CHUNK_BYTES // (4 * batch * heads * seqlen_k))
-    outs, lses = [], []
+    qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
+    batch, heads_q, seqlen_q, head_dim = qb.shape
+    heads_kv, seqlen_k = kb.shape[1], kb.shape[2]
+    group = heads_q // heads_kv
+    out = torch.empty(batch, heads_q, seqlen_q, head_dim, device=q.device)
+    lse = torch.empty(batch, heads_q, seqlen_q, device=q.device)
+    # (batch, KV head) pairs per slice: their fp32 K and V within one chunk
+    per_head = max(1, 2 * 4 * seqlen_k * head_dim)
+    heads_per_slice = max(1, min(heads_kv, _SLICE_BYTES // per_head))
+    batch_per_slice = max(1, _SLICE_BYTES // (per_head * heads_kv)) \
+        if heads_per_slice == heads_kv else 1
+    rows = group * seqlen_q  # a KV head's query rows, its group's heads one after another
     with exact_fp32():
-        for start in range(0, seqlen_q, rows_per_chunk):
-            stop = min(seqlen_q, start + rows_per_chunk)
-            scores = torch.matmul(qf[:, :, start:stop], kf.transpose(-1, -2)) * scale
-            if causal:
-                rows = torch.arange(start, stop, device=q.device)[:, None]
-                cols = torch.arange(seqlen_k, device=q.device)[None, :]
-                scores.masked_fill_(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
-            lse = torch.logsumexp(scores, dim=-1)
-            weights = torch.exp(scores - lse[..., None])
-            weights = torch.nan_to_num(weights, nan=0.0)  # rows with no visible key
-            outs.append(torch.matmul(weights, vf))
-            lses.append(lse)
+        for b0 in range(0, batch, batch_per_slice):
+            b1 = min(batch, b0 + batch_per_slice)
+            for h0 in range(0, heads_kv, heads_per_slice):
+                h1 = min(heads_kv, h0 + heads_per_slice)
+                kf, vf = (t[b0:b1, h0:h1].float() for t in (kb, vb))
+                qf = qb[b0:b1, h0 * group:h1 * group].float().reshape(
+                    b1 - b0, h1 - h0, rows, head_dim)
+                o, l_ = _attend_rows(qf, kf, vf, causal=causal, scale=scale,
+                                     seqlen_q=seqlen_q)
+                out[b0:b1, h0 * group:h1 * group] = o.reshape(
+                    b1 - b0, (h1 - h0) * group, seqlen_q, head_dim)
+                lse[b0:b1, h0 * group:h1 * group] = l_.reshape(
+                    b1 - b0, (h1 - h0) * group, seqlen_q)
+    return out, lse
+
+
+def _attend_rows(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, *, causal: bool,
+                 scale: float, seqlen_q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of fp32 [b, h, rows, D] queries (row r is query r % seqlen_q) against fp32
+    [b, h, Lk, D] keys and values, the score matrix a chunk of rows at a time."""
+    import torch
+
+    batch, heads, rows, _ = qf.shape
+    seqlen_k = kf.shape[2]
+    rows_per_chunk = max(1, _CHUNK_BYTES // (4 * batch * heads * max(1, seqlen_k)))
+    kt = kf.transpose(-1, -2)
+    outs, lses = [], []
+    for start in range(0, rows, rows_per_chunk):
+        stop = min(rows, start + rows_per_chunk)
+        scores = torch.matmul(qf[:, :, start:stop], kt) * scale
+        if causal:
+            query = torch.arange(start, stop, device=qf.device)[:, None] % seqlen_q
+            cols = torch.arange(seqlen_k, device=qf.device)[None, :]
+            scores.masked_fill_(cols > query + (seqlen_k - seqlen_q), float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        weights = torch.exp(scores - lse[..., None])
+        weights = torch.nan_to_num(weights, nan=0.0)  # rows with no visible key
+        outs.append(torch.matmul(weights, vf))
+        lses.append(lse)
     return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
 
 

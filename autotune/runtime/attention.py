@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .._shown import shown
 from ..launch.kernel import PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
 from ..model.problem import Problem
@@ -230,17 +231,24 @@ def check_arguments(q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None,
     for name, flag in (("causal", causal), ("return_lse", return_lse)):
         if flag is not True and flag is not False:
             raise InputError(f"{name} must be True or False, got {flag!r}")
-    if scale is not None and not _valid_scale(scale):
+    if scale is not None and not valid_scale(scale):
         raise InputError(f"scale must be a finite number > 0 (None: 1/sqrt(head dim)), "
-                         f"got {scale!r}")
+                         f"got {shown(scale)}")
 
 
-def _valid_scale(scale: Any) -> bool:
+def valid_scale(scale: Any) -> bool:
+    """Whether `scale` is a real number (not a bool) whose float is finite and > 0. A number
+    no float holds (10**400, a Fraction as large) or one that rounds to 0 is not: the test never
+    raises, whatever the number."""
     if type(scale) is float:  # the common case, without the ABC check
         return 0.0 < scale < math.inf
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         return False
-    return math.isfinite(scale) and float(scale) > 0
+    try:
+        value = float(scale)
+    except (OverflowError, ValueError, TypeError, ZeroDivisionError):
+        return False
+    return 0.0 < value < math.inf
 
 
 def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -383,6 +391,7 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             prepared.miss.calls += 1
         return _run(prepared, q, k, v, return_lse)
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+    scale = None if scale is None else float(scale)  # a numpy number, a Fraction: torch's type
     reason = ""
     if q.dim() == 4 and q.device.type == "cuda" and not (
             q.requires_grad or k.requires_grad or v.requires_grad):
@@ -429,6 +438,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     strict_mode = _strict(strict)
     if torch.compiler.is_compiling():
         check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+        scale = None if scale is None else float(scale)
         out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
                                                      strict_mode)
         return (out, lse) if return_lse else out

@@ -22,14 +22,15 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .._shown import shown
 from ..build.obtain import obtain
-from ..launch.kernel import CompiledKernel, PreparedLaunch
+from ..launch.kernel import MAX_LAUNCH_SPLITS, CompiledKernel, PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, LAYOUTS, InputError, dtype_name, logical_bhld
 from ..model.config import Config
 from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
-from .attention import dispatcher, generation
+from .attention import dispatcher, generation, valid_scale
 from .kv_append import AppendPlan, plan_append
 
 if TYPE_CHECKING:
@@ -265,15 +266,19 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens,
                        block_table, return_lse, layout)
     _check(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
+    if not isinstance(causal, bool):
+        raise InputError(f"causal must be a bool, got {shown(causal)}")
+    if scale is not None and not valid_scale(scale):
+        raise InputError(f"scale must be a finite number > 0, got {shown(scale)}")
+    if not isinstance(return_lse, bool):
+        raise InputError(f"return_lse must be a bool, got {shown(return_lse)}")
+    if num_splits is not None and (type(num_splits) is not int
+                                   or not 1 <= num_splits <= MAX_LAUNCH_SPLITS):
+        raise InputError(f"num_splits must be an int from 1 to {MAX_LAUNCH_SPLITS} (None: "
+                         f"the tuned or default count), got {shown(num_splits)}")
     if q.device.type != "cuda":
         raise InputError(f"attention_with_kvcache runs on a CUDA device; q is on {q.device}")
-    if not isinstance(causal, bool):
-        raise InputError(f"causal must be a bool, got {causal!r}")
-    if scale is not None and not (isinstance(scale, int | float) and math.isfinite(scale)
-                                  and scale > 0):
-        raise InputError(f"scale must be a finite number > 0, got {scale!r}")
-    if not isinstance(return_lse, bool):
-        raise InputError(f"return_lse must be a bool, got {return_lse!r}")
+    scale = None if scale is None else float(scale)
     qb = logical_bhld(q, layout)
     batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
     kb = logical_bhld(k_cache, layout)

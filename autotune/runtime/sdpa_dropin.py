@@ -15,15 +15,15 @@ coming back here.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._shown import shown
 from ..launch.tensors import InputError
-from .attention import _eager, attention, explain, read_inputs
+from .attention import _eager, attention, explain, read_inputs, valid_scale
 from .dispatch import Decision
 
 if TYPE_CHECKING:
@@ -52,12 +52,11 @@ def _torch_rule(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any
     if attn_mask is not None:
         return "an attention mask (the kernels take none)"
     if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
-        return f"dropout_p={dropout_p!r} (the kernels have no dropout)"
+        return f"dropout_p={shown(dropout_p)} (the kernels have no dropout)"
     if is_causal is not True and is_causal is not False:
-        return f"is_causal={is_causal!r} is not a bool"
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
-                              or not math.isfinite(scale) or scale <= 0):
-        return f"scale={scale!r} (the kernels take a finite scale > 0)"
+        return f"is_causal={shown(is_causal)} is not a bool"
+    if scale is not None and not valid_scale(scale):
+        return f"scale={shown(scale)} (the kernels take a finite scale > 0)"
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return "autograd: an input requires grad and the kernels are forward-only"
     if any(t.dim() != 4 for t in (query, key, value)):

@@ -11,7 +11,6 @@ more than twice the GPU's tensor-core peak. Everything wrong with a document is 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 

@@ -497,7 +497,8 @@ class TuningStore:
         check_best_numbers(row)
         return BestRecord(
             device=device, problem=problem,
-            config=_config_of(referenced(row, "config"), problem), median_us=row.median_us, tflops=row.tflops,
+            config=_config_of(referenced(row, "config"), problem), median_us=row.median_us,
+            tflops=row.tflops,
             sdpa_default_us=row.sdpa_default_us, sdpa_flash_us=row.sdpa_flash_us,
             trials=row.trials, study=row.study, source=row.source,
             updated_at=row.updated_at.isoformat(timespec="seconds") if row.updated_at else "",
@@ -782,7 +783,8 @@ class TuningStore:
                     value is not None and not positive(value)):
                 raise BrokenRow(f"stored measurement #{row.id} has no valid {name}: "
                                 f"{shown(value)}")
-        return TrialResult(_config_of(referenced(row, "config")), status, row.reason, row.median_us,
+        return TrialResult(_config_of(referenced(row, "config")), status, row.reason,
+                           row.median_us,
                            row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
                            build_key, reused=True, env=_env_of(row))
 

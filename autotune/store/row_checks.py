@@ -155,7 +155,8 @@ def check_work_item(row: WorkItem) -> None:
         else "compute_capability" if not _integer(row.compute_capability, MIN_CC, MAX_CC)
         else "sm_count" if not _integer(row.sm_count, 1, MAX_SIZE)
         else "state" if row.state not in WORK_STATES
-        else "families" if not (isinstance(row.families, str) and _FAMILIES.fullmatch(row.families))
+        else "families" if not (isinstance(row.families, str)
+                                and _FAMILIES.fullmatch(row.families))
         else "attempts" if not _integer(row.attempts, 0, MAX_SIZE) else "")
     if reason:
         raise BrokenRow(f"stored work item #{row.id} has no valid {reason}: "

@@ -16,8 +16,8 @@ import random
 import select
 import signal
 import time
-from itertools import islice
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
