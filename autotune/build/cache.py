@@ -6,6 +6,12 @@ Layout: <cache>/cubins/<family>/<key>/{kernel.cubin, build.json, <name>.cu}. Ent
 into a temporary directory and renamed into place, so readers never see half an entry and two
 processes building the same key do not corrupt each other.
 
+Temporary folders carry their owner (`owner_tag`: this host and process) in their name: a staging
+folder `.<key>.<owner>.*` beside the entries, a step-aside `.<key>.old.<owner>.*`, and the
+folder nvcc builds in, `.work/<owner>.*`. A process killed mid-build leaves them, and the next
+process to store an entry or prune the cache (`cache_bound`) removes those whose owner is gone.
+An entry's folder time is touched on each hit: the cache's least recently used order.
+
 Nothing is served unverified: `build.json` records the SHA-256 of the cubin, and an entry whose
 record is unreadable or whose cubin does not match it (truncated, garbled, swapped) is a miss,
 evicted and logged, so that the caller rebuilds it. A cache folder this process cannot write
@@ -15,13 +21,16 @@ before nvcc runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,14 @@ from .toolchain import Toolchain
 CUBIN = "kernel.cubin"
 RECORD = "build.json"
 DIGEST = "cubin_sha256"  # the record's field holding the SHA-256 of the cubin
-_KEY = re.compile(r"[0-9a-f]{16,64}")
+KEY = re.compile(r"[0-9a-f]{16,64}")
+WORK = ".work"  # under the cache root: the folders builds run nvcc in
+
+
+def owner_tag() -> str:
+    """This host and process, as temporary folder names carry them: `<host digest>-<pid>`."""
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return f"{host}-{os.getpid()}"
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +97,7 @@ class ArtifactCache:
             check_family_name(family)
         except ValueError:
             raise ValueError(f"cache path refused: {family!r} is not a kernel family") from None
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
+        if not isinstance(key, str) or not KEY.fullmatch(key):
             raise ValueError(f"cache path refused: {key!r} is not an artifact key")
         path = self.root / family / key
         if not path.resolve().is_relative_to(self.root.resolve()):
@@ -102,6 +118,10 @@ class ArtifactCache:
         if why:
             self.evict(directory, why)
             return None
+        try:
+            os.utime(directory)  # used now: the least recently used go first (cache_bound)
+        except OSError:
+            pass  # a read-only cache serves without keeping the order
         return CacheEntry(directory, record)
 
     @staticmethod
@@ -123,7 +143,7 @@ class ArtifactCache:
         """Remove a damaged entry (logged); one in a read-only cache is only logged."""
         if not directory.resolve().is_relative_to(self.root.resolve()):
             raise ValueError(f"cache path refused: {directory} is outside the cache {self.root}")
-        shutil.rmtree(directory, ignore_errors=True)
+        self.remove(directory)
         left = " (could not remove it: the cache is read-only)" if directory.exists() else ""
         log.warning("cubin cache: evicted damaged entry %s: %s%s", directory, why, left)
 
@@ -143,14 +163,32 @@ class ArtifactCache:
         self._writable = True
 
     @staticmethod
-    def _step_aside(final: Path) -> None:
-        """Remove an entry by renaming it away first, so a reader never sees half of one."""
-        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    def remove(final: Path) -> None:
+        """Remove an entry by renaming it away first, so a reader never sees half of one (a
+        read-only cache keeps it)."""
+        try:
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.{owner_tag()}.",
+                                        dir=final.parent))
+        except OSError:
+            return
         try:
             os.rename(final, old / "entry")
-        except FileNotFoundError:
+        except OSError:
             pass
         shutil.rmtree(old, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def work_dir(self) -> Iterator[Path]:
+        """A folder to build in, removed afterwards; named for its owner, so that one a killed
+        process left is removed by the next (`cache_bound.leftovers`)."""
+        self.ensure_writable()
+        parent = self.root / WORK
+        parent.mkdir(exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"{owner_tag()}.", dir=parent))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
     def put(self, family: str, key: str, cubin: bytes, record: dict[str, Any],
             files: dict[str, str], *, replace: bool = False) -> CacheEntry:
@@ -159,7 +197,7 @@ class ArtifactCache:
         self.ensure_writable()
         final = self.path_for(family, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.{owner_tag()}.", dir=final.parent))
         try:
             (staging / CUBIN).write_bytes(cubin)
             for name, text in files.items():
@@ -167,7 +205,7 @@ class ArtifactCache:
             (staging / RECORD).write_text(
                 json.dumps({**record, DIGEST: _sha256(cubin)}, indent=1, sort_keys=True))
             if replace:
-                self._step_aside(final)
+                self.remove(final)
             elif final.exists():
                 self.get(family, key)  # evicts a damaged leftover; an intact entry stays
             try:

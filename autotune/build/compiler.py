@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,6 +31,7 @@ from ..model.space import ValidConfig, load_space
 from ..model.status import Status
 from ..model.target import Target, default_target
 from .cache import RECORD, ArtifactCache, CacheEntry, artifact_key
+from .cache_bound import configured_limit, prune
 from .codegen import render
 from .cubin import CubinError, LaunchInfo, read_launch_info
 from .ptxas import PtxasParseError, PtxasReport, parse_ptxas
@@ -200,15 +200,16 @@ def compile_config(config: Config, target: Target | None = None,
     if not force and (hit := _cached(config, target, key, cache)) is not None:
         return hit
     cache.ensure_writable()  # before nvcc: a build that cannot be stored is not started
+    limit = configured_limit()  # and a bad limit setting stops it there too
     # What the build is made with; a failure carries it too, so that the database records the
     # toolchain a config failed under (a new one tries it again).
     made_with = {"toolchain": {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version,
                                "kernel_source": family_source_hash(space)}}
 
     source = render(built)
-    with tempfile.TemporaryDirectory(prefix="cute-autotune-") as tmp:
-        src = Path(tmp) / f"{source.name}.cu"
-        out = Path(tmp) / "kernel.cubin"
+    with cache.work_dir() as tmp:  # in the cache: one a killed build leaves is removed
+        src = tmp / f"{source.name}.cu"
+        out = tmp / "kernel.cubin"
         src.write_text(source.text)
         start = time.perf_counter()
         try:
@@ -248,6 +249,10 @@ def compile_config(config: Config, target: Target | None = None,
     }
     entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text},
                       replace=force)
+    try:
+        prune(cache, limit, flags=NVCC_FLAGS, keep=[entry.directory])
+    except OSError as exc:  # a cache another process prunes meanwhile: the build stands
+        log.warning("cubin cache: could not hold its size limit: %s", exc)
     return _result_from_entry(config, target, key, entry, cached=False)
 
 

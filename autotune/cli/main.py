@@ -29,6 +29,7 @@ from ..model.status import Status
 from ..model.target import Target, default_target, target_for_arch
 from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
+from . import cache as cli_cache
 from . import kernels as cli_kernels
 from . import tuning as cli_tuning
 from . import workers as cli_workers
@@ -379,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tuning.register(sub)
     cli_workers.register(sub)
     cli_kernels.register(sub)
+    cli_cache.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
     p.add_argument("--family", default="sm80", help="kernel family")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")
