@@ -62,8 +62,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = []
         for family, group in sorted(by_family.items()):
             stale = [e for e in group if e.stale]
-            rows.append([family, len(group), size_text(sum(e.size for e in group)), len(stale),
-                         size_text(sum(e.size for e in stale))])
+            rows.append([family, str(len(group)), size_text(sum(e.size for e in group)),
+                         str(len(stale)), size_text(sum(e.size for e in stale))])
         if rows:
             print(render_table(["family", "entries", "size", "stale", "stale size"], rows))
     if left:
