@@ -32,12 +32,22 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .._bounded import LruDict
 from .._shown import shown
 from ..launch.kernel import PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
+from ..model.buckets import representative
 from ..model.problem import Problem
 from ..model.space import families, load_space
-from .dispatch import EXACT, FALLBACK, UNTUNED_ENV, Decision, Dispatcher, device_info
+from .dispatch import (
+    EXACT,
+    FALLBACK,
+    MEMO_SIZE,
+    UNTUNED_ENV,
+    Decision,
+    Dispatcher,
+    device_info,
+)
 from .misses import MissRecorder
 
 if TYPE_CHECKING:
@@ -58,7 +68,7 @@ _recorder: MissRecorder | None = None
 _warned: set[str] = set()
 _lock = threading.Lock()
 # Geometries served by torch SDPA as a fallback (no kernel for them), with their miss counter.
-_fallback_misses: dict[tuple[Any, ...], Any] = {}
+_fallback_misses: LruDict[tuple[Any, ...], Any] = LruDict(MEMO_SIZE)
 
 
 @dataclass(frozen=True)
@@ -126,8 +136,10 @@ class _SdpaRun:
 
 
 # (shapes, strides, dtype, device, causal, scale, layout) -> _Prepared. Filled on the first call
-# of each geometry; later calls do no checks beyond pointer alignment, no lookup, no I/O.
-_prepared: dict[tuple[Any, ...], _Prepared] = {}
+# of each geometry (its decision from the dispatcher's memo of length classes, its launch plan
+# made here); later calls do no checks beyond pointer alignment, no lookup, no I/O. Bounded: the
+# least recently used geometries are dropped.
+_prepared: LruDict[tuple[Any, ...], _Prepared] = LruDict(MEMO_SIZE)
 
 
 def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
@@ -166,10 +178,14 @@ def recorder() -> MissRecorder:
     return _recorder
 
 
-def _miss(decision: Decision, problem: Problem, device_index: int) -> Any:
+def _miss(decision: Decision, device_index: int, problem: Problem | None = None) -> Any:
     """The miss counter of a decision that is not an exact tuned entry (None for one that is,
-    or when recording is off)."""
+    or when recording is off), counted for the problem it was decided for (a length class's
+    representative: what tuning would cover the class with) or `problem`."""
     if decision.path == EXACT:
+        return None
+    problem = problem or decision.decided_for
+    if problem is None:
         return None
     path = f"{decision.path}:sdpa" if decision.sdpa_backend else decision.path
     try:
@@ -339,11 +355,11 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
             backend = "default"  # a stored backend this torch refuses: torch's own choice
         run = _SdpaRun(backend, problem, causal, scale, layout, device_index)
-        return _Prepared(None, run, _miss(decision, problem, device_index)), ""
+        return _Prepared(None, run, _miss(decision, device_index)), ""
     if decision.kernel is None:
         return None, decision.reason
     plan = _kernel_plan(decision, q, k, v, problem, scale, layout)
-    return replace(plan, miss=_miss(decision, problem, device_index)), ""
+    return replace(plan, miss=_miss(decision, device_index)), ""
 
 
 def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -416,7 +432,8 @@ def _count_fallback(key: tuple[Any, ...], q: torch.Tensor, k: torch.Tensor, v: t
     """Count a call of a CUDA problem that no kernel serves (it runs torch SDPA)."""
     if key not in _fallback_misses:
         problem, _ = read_inputs(q, k, v, causal=causal, layout=layout)
-        _fallback_misses[key] = (_miss(Decision(FALLBACK, ""), problem, q.device.index or 0)
+        _fallback_misses[key] = (_miss(Decision(FALLBACK, ""), q.device.index or 0,
+                                       representative(problem))
                                  if problem is not None else None)
     miss = _fallback_misses[key]
     if miss is not None:

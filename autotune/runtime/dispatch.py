@@ -20,8 +20,12 @@ database on a GPU in a process imports the shipped results of that GPU from db/:
 problems not tuned in that database and refresh rows imported from older shipped files, and
 never replace a config tuned there.
 
-After the first call per key the decision is a dict lookup: no database query, no file I/O, no
-compile; each cubin is loaded once per process.
+Decisions are made per length class (model/buckets.py), not per length: a problem tuned in the
+database as it is is decided as itself, any other for the representative of its class, so a KV
+cache that grows by a token per step, or requests of every length, make a new decision only
+when they reach a new class. After the first call per class the decision is a lookup in a
+bounded memo (the most recently used `MEMO_SIZE`): no database query, no file I/O, no compile;
+each cubin is loaded once per process.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from .._bounded import LruDict
 from .._jsonfile import JsonInputError, read_json
 from .._paths import db_dir
 from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
+from ..model.buckets import representative
 from ..model.config import Config
 from ..model.problem import Problem
 from ..model.space import (
@@ -51,6 +57,7 @@ from ..store.repo import BrokenRow, TuningStore
 
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
 UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
+MEMO_SIZE = 4096  # decisions remembered per dispatcher (least recently used dropped)
 
 T = TypeVar("T")
 
@@ -78,6 +85,9 @@ class Decision:
     kernel: CompiledKernel | None = field(default=None, compare=False, repr=False)
     skipped: tuple[str, ...] = ()  # better-ranked options passed over, each with its reason
     decided: str | None = None  # how the tuner chose this winner (its margin or tie rule)
+    # the problem this was decided for: the one asked, where it is tuned, else its length
+    # class's representative (None: not through `decide`)
+    decided_for: Problem | None = None
 
     @property
     def sdpa_backend(self) -> str | None:
@@ -139,8 +149,10 @@ class Dispatcher:
         self.compile_on_miss = compile_on_miss
         self.use_shipped = use_shipped
         self.untuned = untuned
-        self._memo: dict[tuple[Any, ...], Decision] = {}
-        self._family_memo: dict[tuple[Any, ...], tuple[Config, str] | None] = {}
+        self._memo: LruDict[tuple[Any, ...], Decision] = LruDict(MEMO_SIZE)
+        self._family_memo: LruDict[tuple[Any, ...], tuple[Config, str] | None] = \
+            LruDict(MEMO_SIZE)
+        self._tuned_problems: dict[DeviceInfo, frozenset[Problem]] = {}
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
         self._seeded: set[str] = set()
@@ -171,14 +183,45 @@ class Dispatcher:
                 except BrokenRow:
                     continue  # a damaged shipped file must not stop attention from running
 
+    def decision_problem(self, problem: Problem, device_index: int) -> tuple[Problem, bool]:
+        """The problem a decision for `problem` is made for and remembered by, and whether it
+        is `problem` itself tuned in the database (else the representative of its length
+        class)."""
+        device, _ = self._identify(device_index)
+        known = self._tuned_problems.get(device)
+        if known is None:
+            with self._lock:
+                known = self._tuned_problems.get(device)
+                if known is None:
+                    known = self._tuned_problems[device] = self._read_tuned_problems(device)
+        return (problem, True) if problem in known else (representative(problem), False)
+
+    def _read_tuned_problems(self, device: DeviceInfo) -> frozenset[Problem]:
+        """The problems tuned for this GPU model (read once: the shipped results first)."""
+        try:
+            self.db_queries += 1
+            self._seed_from_shipped(device)
+            return self.store().tuned_problems(device)
+        except Exception:  # noqa: BLE001 - _candidates says why the database is unusable
+            return frozenset()
+
     def decide(self, problem: Problem, device_index: int) -> Decision:
-        key = (device_index, problem)
+        """What runs `problem`: decided once per length class (the same for every problem of
+        the class), except for a problem tuned as it is."""
+        decided_for, tuned = self.decision_problem(problem, device_index)
+        key = (device_index, decided_for, tuned)
         decision = self._memo.get(key)
         if decision is None:
             with self._lock:
                 decision = self._memo.get(key)
                 if decision is None:
-                    decision = self._decide(problem, device_index)
+                    decision = replace(self._decide(decided_for, device_index),
+                                       decided_for=decided_for)
+                    if decision.path == EXACT and not tuned:
+                        # the class's representative is tuned, the problems it stands for
+                        # are not: each is served by its nearest tuned problem
+                        decision = replace(decision, path=NEAREST, reason=(
+                            "the tuned representative of this length class"))
                     self._memo[key] = decision
         return decision
 
@@ -189,15 +232,19 @@ class Dispatcher:
         best config of the nearest tuned problem whose best is of `family`; None when it knows
         neither (or cannot be read). For callers that can run only some families (KV caches:
         the split-KV families that read the cache's kind).
-        Remembered per (device, problem, families): a repeated call touches no database."""
+        Remembered per (device, length class, families): a repeated call, or a call of
+        another length of the class, touches no database."""
         families = (family,) if isinstance(family, str) else tuple(family)
-        key = (device_index, problem, families)
+        decided_for, _ = self.decision_problem(problem, device_index)
+        key = (device_index, decided_for, families)
         if key in self._family_memo:
-            return self._family_memo[key]
+            return self._family_memo.get(key)
         with self._lock:
             if key not in self._family_memo:
-                self._family_memo[key] = self._tuned_config(problem, device_index, families)
-        return self._family_memo[key]
+                chosen = self._tuned_config(decided_for, device_index, families)
+                self._family_memo[key] = chosen
+                return chosen
+        return self._family_memo.get(key)
 
     def _tuned_config(self, problem: Problem, device_index: int,
                       families: tuple[str, ...]) -> tuple[Config, str] | None:
@@ -360,6 +407,7 @@ class Dispatcher:
         with self._lock:
             self._memo.clear()
             self._family_memo.clear()
+            self._tuned_problems.clear()
 
     def would_run(self, problem: Problem, device: DeviceInfo, target: Target) -> Decision:
         """What `decide` would choose for `problem` on `device` (of `target`), without a GPU:

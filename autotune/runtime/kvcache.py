@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .._bounded import LruDict
 from .._shown import shown
 from ..build.obtain import obtain
 from ..launch.kernel import MAX_LAUNCH_SPLITS, CompiledKernel, PreparedLaunch
@@ -31,6 +32,7 @@ from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
 from .attention import dispatcher, generation, valid_scale
+from .dispatch import MEMO_SIZE
 from .kv_append import AppendPlan, plan_append
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ SPLIT_KV_FAMILIES = ("decode", "decode90")
 MAX_SPLITS = 128
 
 _kernels: dict[tuple[str, int], CompiledKernel] = {}
-_resolved: dict[tuple[Any, ...], tuple[CompiledKernel, int]] = {}
+_resolved: LruDict[tuple[Any, ...], tuple[CompiledKernel, int]] = LruDict(MEMO_SIZE)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class _Prepared:
 # The geometry of every tensor argument and the flags -> what was made for them. Filled on
 # the first call of each geometry; a later call checks pointer alignment, appends and launches
 # (at B=1 the kernel runs for ~20 us: the host work of a call must stay well under that).
-_prepared: dict[tuple[Any, ...], _Prepared] = {}
+# Bounded: the least recently used geometries are dropped.
+_prepared: LruDict[tuple[Any, ...], _Prepared] = LruDict(MEMO_SIZE)
 _sm_counts: dict[int, int] = {}
 _lock = threading.Lock()
 

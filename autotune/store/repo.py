@@ -506,6 +506,15 @@ class TuningStore:
             runner_up_us=row.runner_up_us, torch_version=row.torch_version,
             cudnn_version=row.cudnn_version, regime=row.regime)
 
+    def tuned_problems(self, device: DeviceInfo | str | None) -> frozenset[Problem]:
+        """The problems that have a best config on `device` (one query of the problems, their
+        configs not read; a broken problem row is left out)."""
+        query = (select(ProblemRow).join(BestConfig, BestConfig.problem_id == ProblemRow.id)
+                 .join(Device, BestConfig.device_id == Device.id))
+        with self._reading() as s:
+            rows = s.scalars(_of_device(query, device).distinct()).all()
+            return frozenset(p for p in map(_problem_or_none, rows) if p is not None)
+
     def best(self, device: DeviceInfo | str | None, problem: Problem) -> BestRecord | None:
         """The best config of exactly this problem (on this device, or any device if None)."""
         with self._reading() as s:

@@ -88,3 +88,33 @@ def test_strided_views_and_misaligned_inputs() -> None:
     odd = torch.randn(b, h, length, d + 4, device="cuda", dtype=torch.float16)[..., 2:d + 2]
     with pytest.raises(Unsupported, match="aligned"):
         autotune.attention(odd, odd, odd, strict=True)
+
+
+def test_a_growing_dense_cache_is_decided_per_length_class() -> None:
+    """Decode steps against K and V that grow by a token each (a cache held as tensors): a
+    decision per length class, not per step, correct at every step, the memos bounded."""
+    from autotune.model.buckets import length_class
+    from autotune.runtime import attention as attention_module
+    from autotune.runtime.attention import dispatcher
+
+    d = dispatcher()
+    decided: list[Problem] = []
+    decide = d._decide
+
+    def counted(problem: Problem, index: int) -> object:
+        decided.append(problem)
+        return decide(problem, index)
+
+    d._decide = counted  # type: ignore[method-assign]
+    try:
+        lengths = range(900, 1300)
+        for length in lengths:
+            problem = Problem(1, 8, 2, 1, length, 128, "bf16", True)
+            q, k, v = make(problem, "bhld")
+            out = autotune.attention(q, k, v, causal=True)
+            if length % 50 == 0:
+                check(out, q, k, v, problem, "bhld")
+    finally:
+        d._decide = decide  # type: ignore[method-assign]
+    assert len(decided) == len({length_class(n) for n in lengths})
+    assert len(attention_module._prepared) <= attention_module.MEMO_SIZE

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autotune.model.buckets import representative
 from autotune.model.config import Config
 from autotune.model.problem import Problem
 from autotune.model.space import load_space
@@ -16,7 +17,7 @@ from autotune.model.target import Target, target_for_arch
 from autotune.runtime import dispatch as dispatch_module
 from autotune.runtime.dispatch import Dispatcher
 from autotune.store.records import DeviceInfo, TrialResult
-from autotune.store.repo import TuningStore
+from autotune.store.repo import TuningStore, problem_distance
 
 H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
@@ -63,8 +64,11 @@ def test_exact_then_nearest_then_heuristic(make) -> None:  # type: ignore[no-unt
     assert isinstance(exact.kernel, FakeKernel)
     other_shape = Problem(2, 16, 16, 4096, 4096, 128, "fp16", False)
     near = d.decide(other_shape, 0)
-    assert near.path == "nearest" and near.tuned_problem == P and near.distance == 3.0
-    assert "distance 3.00" in near.describe()
+    # decided for its length class: the distance is its representative's (Lq = Lk = 4277)
+    assert near.decided_for == representative(other_shape) != other_shape
+    assert near.path == "nearest" and near.tuned_problem == P
+    assert near.distance == pytest.approx(problem_distance(P, near.decided_for))
+    assert f"distance {near.distance:.2f}" in near.describe()
     causal = Problem(4, 16, 16, 2048, 2048, 128, "fp16", True)  # nothing tuned of this class
     heuristic = d.decide(causal, 0)
     assert heuristic.path == "heuristic"
