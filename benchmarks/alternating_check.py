@@ -89,6 +89,7 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
     decision = autotune.explain(q, k, v, causal=causal)
     return {"shape": problem.describe(), "problem": problem.as_dict(), "calls": calls,
             "dispatch": decision.config.to_json() if decision.config else decision.path,
+            "decision": decision.describe(),
             "median_us": medians, "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
             "regret": ours / min(medians.values())}
 
