@@ -63,6 +63,22 @@ def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
     return kwargs
 
 
+def sdpa_path(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
+              kv_cache: str = "dense") -> tuple[str, bool, bool, str]:
+    """What decides which way torch SDPA runs a problem on our contract (`sdpa_kwargs`): the
+    mask it is handed (none, `is_causal` on a square problem, the lower-right causal bias, or
+    that bias with more queries than keys, whose first rows see no key), whether it needs
+    `enable_gqa`, whether it is a decode-sized call (Lq <= 16), and how the keys are held. A
+    timing of SDPA on one problem says something of another only where these agree."""
+    if not causal:
+        mask = "none"
+    elif lq == lk:
+        mask = "is_causal"
+    else:
+        mask = "lower-right" if lq < lk else "lower-right, Lq > Lk"
+    return mask, heads_q != heads_kv, lq <= 16, kv_cache
+
+
 def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, Any], Any]:
     """(q, k, v) in [B, H, L, D] -> out through one SDPA backend ("default": torch's choice)."""
     import torch.nn.functional as F

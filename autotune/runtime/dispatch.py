@@ -1,13 +1,17 @@
 """Decide which kernel runs a problem on a GPU, once per problem key, then remember it.
 
 Order: the exact problem tuned in the database; else the nearest tuned problem of the same
-dtype, head dim and causality (store.repo.problem_distance); else a built-in default for the
-head dim; else torch SDPA (fallback), with the reason. A tuned winner may be torch SDPA itself
+head dim and causality whose decision carries over (store.repo.problem_distance; `_nearest`
+says what carries over: a kernel config, torch SDPA's win only from a problem torch runs the
+same way, and the other dtype's configs a step farther); else a built-in default for the head
+dim; else torch SDPA (fallback), with the reason. A tuned winner may be torch SDPA itself
 (a config of the `sdpa` pseudo-family: one backend), and dispatch then calls that backend. The
 kernels are never slower than what the user had where it was measured, and are not guessed at
-where it was not: a kernel family never measured faster than SDPA in the problem's region
-(head dim, dtype, causality, Lq bucket) on this GPU is chosen there neither by the nearest
-lookup nor by the built-in default; SDPA's default runs instead (`untuned="kernel"` restores
+where it was not: a kernel family timed in the problem's region (head dim, dtype, causality,
+Lq bucket) on this GPU and never faster than SDPA there is not carried there by the nearest
+lookup, nor one carried from another Lq bucket without a win in this one; the built-in default
+runs only where its family was measured faster than SDPA in the region (or, never timed there,
+in the other dtype's); SDPA's default runs instead (`untuned="kernel"` restores
 the kernels' built-in defaults everywhere, for testing them). Tuned configs come from the database
 whatever their kernel family (the tuner stored the fastest of all families); each is checked
 against its own family's space and this GPU, and one this GPU cannot run is skipped with the
@@ -41,8 +45,9 @@ from .._jsonfile import JsonInputError, read_json
 from .._paths import db_dir
 from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
+from ..measure.sdpa import sdpa_path
 from ..model.buckets import representative
-from ..model.config import Config
+from ..model.config import Config, InvalidConfig
 from ..model.problem import Problem
 from ..model.space import (
     SDPA_FAMILY,
@@ -58,6 +63,9 @@ from ..store.repo import BrokenRow, TuningStore
 EXACT, NEAREST, HEURISTIC, FALLBACK = "exact", "nearest", "heuristic", "fallback"
 UNTUNED_ENV = "CUTE_AUTOTUNE_UNTUNED"
 MEMO_SIZE = 4096  # decisions remembered per dispatcher (least recently used dropped)
+# how much farther a tuned problem of the other dtype (fp16 against bf16) counts than one of
+# the problem's own: as far as one with a length twice as long
+TWIN_DTYPE_DISTANCE = 1.0
 
 T = TypeVar("T")
 
@@ -113,6 +121,15 @@ class Decision:
             speed += f"; {self.decided}"
         passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
         return f"{self.path}: {name}, {where}{speed}{passed}"
+
+
+def _twin_dtype(dtype: str) -> str:
+    return "bf16" if dtype == "fp16" else "fp16"
+
+
+def _sdpa_path(problem: Problem) -> tuple[str, bool, bool, str]:
+    return sdpa_path(problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+                     causal=problem.causal, kv_cache=problem.kv_cache)
 
 
 def _region_text(problem: Problem) -> str:
@@ -272,11 +289,13 @@ class Dispatcher:
     def _candidates(self, problem: Problem, device: DeviceInfo,
                     target: Target) -> tuple[list[Decision], list[str]]:
         """The options in order of preference, and why better ones are missing (a database
-        that cannot be used, a row refused, a family not measured faster than SDPA here):
-        reasons the decision keeps."""
+        that cannot be used, a row refused, a family not measured faster than SDPA here, a
+        decision that does not carry over): reasons the decision keeps."""
         options: list[Decision] = []
         notes: list[str] = []
-        faster: set[str] | None = None  # kernel families measured faster than SDPA here
+        faster: set[str] = set()  # kernel families measured faster than SDPA here
+        measured: set[str] = set()  # kernel families measured beside SDPA here
+        twin_faster: set[str] = set()  # the same, of the problem in the other dtype
 
         def unless_refused(read: Callable[[], T]) -> T | None:
             # a refused row costs its own option, never the lookups after it
@@ -293,13 +312,18 @@ class Dispatcher:
             exact = unless_refused(lambda: store.best(device, problem))
             if exact is not None:
                 options.append(self._tuned(EXACT, "tuned for this problem", exact, 0.0))
-            near = unless_refused(lambda: store.nearest(device, problem))
-            if near is not None and (exact is None or near[0].config != exact.config):
-                record, distance = near
-                options.append(self._tuned(NEAREST, "nearest tuned problem", record, distance))
+            # with the problem tuned, the nearest is only a second choice (its config may
+            # not build here): of this dtype
+            near = self._nearest(store, device, problem, notes, unless_refused,
+                                 twin=exact is None)
+            if near is not None and (exact is None or near.config != exact.config):
+                options.append(near)
             if self.untuned == "measured":
-                faster = unless_refused(lambda: store.families_faster_than_sdpa(
-                    device, region(problem), lq_bucket))
+                faster, measured = unless_refused(lambda: store.families_against_sdpa(
+                    device, region(problem), lq_bucket)) or (set(), set())
+                twin = replace(problem, dtype=_twin_dtype(problem.dtype))
+                twin_faster = unless_refused(lambda: store.families_faster_than_sdpa(
+                    device, region(twin), lq_bucket)) or set()
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             notes.append(f"tuning database unavailable: {exc}")
             if not self._warned_db:
@@ -307,20 +331,29 @@ class Dispatcher:
                 warnings.warn(f"cute-autotune: tuning database unavailable, dispatch uses the "
                               f"built-in defaults: {exc}", stacklevel=2)
         if self.untuned == "measured":
-            faster = faster or set()
             kept = []
             for option in options:
                 assert option.config is not None
                 family = option.config.family
-                if option.path == NEAREST and family != SDPA_FAMILY and family not in faster:
+                # a kernel config carried over from a problem of the same query-length class
+                # is blocked only by evidence against it (its family timed in this region and
+                # never faster than SDPA there); one carried across classes (prefill to
+                # decode) needs evidence for it (its family timed faster here)
+                if option.path == NEAREST and family != SDPA_FAMILY and family not in faster \
+                        and (family in measured or option.tuned_problem is None
+                             or lq_bucket(option.tuned_problem.seqlen_q)
+                             != lq_bucket(problem.seqlen_q)):
                     notes.append(f"nearest {family} config not taken: {family} was never "
                                  f"measured faster than torch SDPA for {_region_text(problem)}")
                     continue
                 kept.append(option)
             options = kept
         heuristic = default_config(problem.space_values(), target)
-        if heuristic is not None and (self.untuned == "kernel"
-                                      or heuristic.family in (faster or set())):
+        # the built-in default is a guess: taken where its family was timed faster than SDPA
+        # in this region, or, never timed here, in the same region of the other dtype
+        if heuristic is not None and (
+                self.untuned == "kernel" or heuristic.family in faster
+                or (heuristic.family not in measured and heuristic.family in twin_faster)):
             options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
                                     "causality on this GPU", heuristic))
         elif heuristic is not None:
@@ -329,6 +362,59 @@ class Dispatcher:
                 f"SDPA for {_region_text(problem)} on this GPU",
                 load_space(SDPA_FAMILY).heuristic(problem.space_values())))
         return options, notes
+
+    def _nearest(self, store: TuningStore, device: DeviceInfo, problem: Problem,
+                 notes: list[str], unless_refused: Callable[[Callable[[], Any]], Any], *,
+                 twin: bool = True) -> Decision | None:
+        """The nearest tuned problem whose decision carries over to `problem`: a kernel
+        config (our kernels compute every mask and shape alike), or a torch SDPA backend won on
+        a problem torch runs the same way (`sdpa_path`: its mask, GQA, decode-sized or not);
+        of this dtype or, with `twin`, of the other one counted `TWIN_DTYPE_DISTANCE` farther
+        (fp16 and bf16 share configs: the same kernel up to the dtype)."""
+        path = _sdpa_path(problem)
+        passed: list[Any] = []  # the nearer SDPA wins that do not carry over
+
+        def carries_over(record: Any) -> bool:
+            if record.config.family != SDPA_FAMILY or _sdpa_path(record.problem) == path:
+                return True
+            passed.append(record)
+            return False
+
+        def lookup(asked: Problem) -> Callable[[], Any]:
+            return lambda: store.nearest(device, asked, accept=carries_over)
+
+        found = []
+        asked = [problem, replace(problem, dtype=_twin_dtype(problem.dtype))][:1 + twin]
+        for rank, one in enumerate(asked):
+            hit = unless_refused(lookup(one))
+            if hit is not None:
+                found.append((hit[1] + rank * TWIN_DTYPE_DISTANCE, rank, hit[0]))
+        if not found:
+            notes.extend(self._not_carried(r, problem) for r in passed[:1])
+            return None
+        distance, rank, record = min(found, key=lambda f: (f[0], f[1]))
+        notes.extend(self._not_carried(r, problem) for r in passed[:1]
+                     if r.problem.dtype == problem.dtype)
+        if rank == 0:
+            return self._tuned(NEAREST, "nearest tuned problem", record, distance)
+        config = record.config
+        try:
+            config = load_space(config.family).validate(Config.make(
+                config.family, {**dict(config.values), "dtype": problem.dtype}))
+        except InvalidConfig as exc:
+            notes.append(f"the {record.problem.dtype} twin's config does not hold in "
+                         f"{problem.dtype}: {exc}")
+            return None
+        return replace(self._tuned(NEAREST, f"nearest tuned problem, in {record.problem.dtype} "
+                                   f"(fp16 and bf16 share configs)", record, distance),
+                       config=config)
+
+    @staticmethod
+    def _not_carried(record: Any, problem: Problem) -> str:
+        return (f"nearest tuned problem {record.problem.describe()} was won by torch SDPA, "
+                f"which runs {problem.describe()} another way "
+                f"({', '.join(map(str, _sdpa_path(record.problem)))} against "
+                f"{', '.join(map(str, _sdpa_path(problem)))}): not carried over")
 
     @staticmethod
     def _tuned(path: str, reason: str, record: Any, distance: float) -> Decision:

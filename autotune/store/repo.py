@@ -577,11 +577,13 @@ class TuningStore:
             return True
 
     def nearest(self, device: DeviceInfo | str | None, problem: Problem, *,
-                family: str | tuple[str, ...] | None = None
+                family: str | tuple[str, ...] | None = None,
+                accept: Callable[[BestRecord], bool] | None = None
                 ) -> tuple[BestRecord, float] | None:
         """The tuned problem of the same dtype, head dim, causality and KV-cache kind nearest to
-        `problem` (of those whose best config is of `family`, or of one of several, when given);
-        a refused row is logged and passed over for the next nearest."""
+        `problem` (of those whose best config is of `family`, or of one of several, when given,
+        and whose best `accept` takes); a refused row is logged and passed over for the next
+        nearest."""
         # SQL keeps the best rows of the problem class on the device (ix_problems_class), a
         # few columns each; they are ranked here by problem_distance (a tie goes to the oldest
         # row), and only the nearest is read whole.
@@ -602,9 +604,12 @@ class TuningStore:
                     joinedload(BestConfig.device), joinedload(BestConfig.problem),
                     joinedload(BestConfig.config))).one()
                 try:
-                    return self._record(row), distance
+                    record = self._record(row)
                 except BrokenRow as exc:
                     _log.warning("%s: passed over for the next nearest", exc)
+                    continue
+                if accept is None or accept(record):
+                    return record, distance
             return None
 
     def families_faster_than_sdpa(self, device: DeviceInfo,
@@ -614,6 +619,13 @@ class TuningStore:
         problem of `region` (head dim, dtype, causality, Lq bucket as `bucket` names it) on
         this GPU model: a stored best with a speed-up above 1, or a measurement faster than
         the SDPA timing stored with it."""
+        return self.families_against_sdpa(device, region, bucket)[0]
+
+    def families_against_sdpa(self, device: DeviceInfo, region: tuple[int, str, bool, str],
+                              bucket: Callable[[int], str]) -> tuple[set[str], set[str]]:
+        """(the kernel families timed faster than SDPA's default on some problem of `region`
+        on this GPU model, as `families_faster_than_sdpa`; the kernel families timed there at
+        all, beside SDPA: a stored best or a measurement with an SDPA timing)."""
         head_dim, dtype, causal, lq = region
         # SQL keeps the rows of the problem class on this GPU model that claim to be faster;
         # the Lq bucket, a function of the caller's, is applied to those few here, and so is
@@ -632,8 +644,21 @@ class TuningStore:
                     .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
                            Measurement.status == Status.OK, KernelConfig.family != "sdpa",
                            Measurement.median_us < Measurement.baseline_us))
-        families = set()
+        timed = (select(KernelConfig.family, ProblemRow.seqlen_q).distinct()
+                 .select_from(Measurement).join(KernelConfig).join(ProblemRow).join(Device)
+                 .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
+                        Measurement.status == Status.OK, KernelConfig.family != "sdpa",
+                        Measurement.baseline_us.is_not(None)))
+        stored = (select(BestConfig.family, ProblemRow.seqlen_q).distinct()
+                  .join(BestConfig.device).join(BestConfig.problem)
+                  .where(*same_gpu(device), *_in_class(dtype, head_dim, causal),
+                         BestConfig.family != "sdpa"))
+        families: set[str] = set()
+        seen: set[str] = set()
         with self._reading() as s:
+            for query in (timed, stored):
+                seen.update(family for family, seqlen_q in s.execute(query)
+                            if isinstance(seqlen_q, int) and bucket(seqlen_q) == lq)
             for best_id, family, seqlen_q, median, sdpa, speedup in s.execute(best):
                 if not (positive(median) and positive(sdpa) and positive(speedup)
                         and math.isclose(speedup, sdpa / median, rel_tol=1e-6)):
@@ -647,7 +672,7 @@ class TuningStore:
                                  "(%r, %r): left out", measurement_id, time, baseline)
                 elif bucket(seqlen_q) == lq:
                     families.add(family)
-        return families
+        return families, seen | families
 
     def list_best(self, device: DeviceInfo | str | None = None) -> list[BestRecord]:
         """Every stored best; rows that fail validation are skipped (see `broken_rows`)."""
