@@ -9,15 +9,17 @@ import sys
 import textwrap
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._jsonfile import read_json
 from .._shown import for_terminal
 from ..measure.environment import gpu_available
+from ..model.hf_model import read_model
 from ..model.problem import Problem
 from ..model.shapes import load_shape_set
-from ..model.space import SDPA_FAMILY
+from ..model.space import SDPA_FAMILY, kernel_families, load_space
 from ..store.misses_records import MissRecord
 from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
@@ -53,6 +55,30 @@ def problem_from_args(args: argparse.Namespace) -> Problem:
     return Problem(args.batch, args.heads_q, args.heads_kv or args.heads_q, args.seqlen_q,
                    args.seqlen_k or args.seqlen_q, args.head_dim, args.dtype or "fp16",
                    args.causal == "true", args.kv_cache or "dense")
+
+
+def model_problems(args: argparse.Namespace) -> list[Problem]:
+    """The problems of `--model` at `--batches`, `--lengths` and `--decode-tokens` (what it
+    runs: printed, with what of it the kernels do not serve); none where no kernel family has
+    its head dim."""
+    model = read_model(args.model)
+    if args.dtype:
+        model = replace(model, dtype=args.dtype)
+    layers = f", {model.layers} layers" if model.layers else ""
+    print(f"{for_terminal(model.name)}: {model.heads_q} query heads, {model.heads_kv} key/value "
+          f"heads, head dim {model.head_dim}, {model.dtype}{layers}")
+    for note in model.notes:
+        print(f"  note: {for_terminal(note)}")
+    head_dims = sorted({int(d) for f in kernel_families()
+                        for d in load_space(f).params["head_dim"].values})
+    if model.head_dim not in head_dims:
+        print(f"head dim {model.head_dim} is not one the kernels have ({head_dims}): "
+              "attention() runs torch SDPA for this model; nothing to tune", file=sys.stderr)
+        return []
+    problems = model.problems(args.batches, args.lengths, args.decode_tokens)
+    print(f"{len(problems)} problems: prefill at lengths {args.lengths} and decode steps of "
+          f"{args.decode_tokens} tokens against those lengths, batch sizes {args.batches}")
+    return problems
 
 
 def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[Problem]:
@@ -102,6 +128,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print("--top must be at least 1", file=sys.stderr)
             return 2
         problems: list[Problem] = []  # chosen once the backend names the GPU
+    elif args.model:
+        named = [flag for flag, value in (("--shapes", args.shapes), ("--heads-q", args.heads_q),
+                                          ("--seqlen-q", args.seqlen_q),
+                                          ("--head-dim", args.head_dim)) if value]
+        if named:
+            print(f"tune --model takes the model's shapes: drop {', '.join(named)}",
+                  file=sys.stderr)
+            return 2
+        problems = model_problems(args)
+        if not problems:
+            return 1
     elif args.shapes:
         problems = narrow_shape_set(load_shape_set(args.shapes), args)
         if not problems:
@@ -111,8 +148,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     elif args.heads_q and args.seqlen_q and args.head_dim:
         problems = [problem_from_args(args)]
     else:
-        print("tune needs a shape (--heads-q --seqlen-q --head-dim ...), --shapes SET or "
-              "--misses", file=sys.stderr)
+        print("tune needs a shape (--heads-q --seqlen-q --head-dim ...), --shapes SET, "
+              "--model CONFIG or --misses", file=sys.stderr)
         return 2
     if args.enqueue and args.misses:
         print("--enqueue takes a shape or --shapes, not --misses", file=sys.stderr)
@@ -643,6 +680,18 @@ def register(sub: Any) -> None:
     add_problem_args(p, required=False)
     p.add_argument("--shapes", help="a shape set: a name in search_spaces/shapes or a TOML path "
                    "(narrowed by --head-dim, --dtype and --causal when given)")
+    p.add_argument("--model", metavar="CONFIG",
+                   help="tune the problems a Hugging Face model runs: its config.json, a folder "
+                   "holding one, or a model id in the local Hugging Face cache (nothing is "
+                   "downloaded); at --batches, --lengths and --decode-tokens")
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 8], metavar="B",
+                   help="with --model: the batch sizes served (default: 1 8)")
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=[2048, 8192],
+                   metavar="L", help="with --model: the prompt lengths and KV-cache lengths "
+                   "served (default: 2048 8192)")
+    p.add_argument("--decode-tokens", type=positive_int, nargs="+", default=[1], metavar="T",
+                   help="with --model: query tokens per decode step (default: 1; add 4 8 for "
+                   "speculative decoding's verify steps)")
     p.add_argument("--family", action="append", metavar="FAMILY",
                    help="kernel family to search (repeatable, or a comma list; default: every "
                    "family the GPU runs, e.g. sm80 and sm90 on an H200)")
