@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
     from .sampling import covering_sample
     from .shapes import load_shape_set
     from .space import Space, families, load_space, supported_families, validate_config
-    from .target import Target, default_target, target_for_arch
+    from .target import Target, default_target, target_for_arch, target_for_device
 
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
@@ -33,6 +33,7 @@ __all__ = [
     "load_space",
     "supported_families",
     "target_for_arch",
+    "target_for_device",
     "validate_config",
 ]
 
@@ -48,6 +49,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Target": ("target", "Target"),
     "default_target": ("target", "default_target"),
     "target_for_arch": ("target", "target_for_arch"),
+    "target_for_device": ("target", "target_for_device"),
     "load_shape_set": ("shapes", "load_shape_set"),
     "covering_sample": ("sampling", "covering_sample"),
     "ctas_per_sm": ("occupancy", "ctas_per_sm"),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
-    from .attention import configure, explain
+    from .attention import configure, dispatcher, explain
     from .dispatch import device_info, shipped_results
     from .kvcache import attention_with_kvcache, decode_choice, decode_kernel, default_splits
     from .sdpa_dropin import explain_sdpa, scaled_dot_product_attention, sdpa_dispatch, sdpa_route
@@ -24,6 +24,7 @@ __all__ = [
     "decode_kernel",
     "default_splits",
     "device_info",
+    "dispatcher",
     "explain",
     "explain_sdpa",
     "scaled_dot_product_attention",
@@ -37,6 +38,7 @@ __all__ = [
 _LAZY: dict[str, tuple[str, str]] = {
     "configure": ("attention", "configure"),
     "explain": ("attention", "explain"),
+    "dispatcher": ("attention", "dispatcher"),
     "device_info": ("dispatch", "device_info"),
     "attention_with_kvcache": ("kvcache", "attention_with_kvcache"),
     "decode_choice": ("kvcache", "decode_choice"),

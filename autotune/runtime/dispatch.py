@@ -137,6 +137,17 @@ def _region_text(problem: Problem) -> str:
     return (f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}")
 
 
+def _for_class(decision: Decision, decided_for: Problem, tuned: bool) -> Decision:
+    """A decision made for `decided_for` as it serves the problems of its length class: where
+    the class's representative is tuned and the problem asked is not, each is served by its
+    nearest tuned problem."""
+    decision = replace(decision, decided_for=decided_for)
+    if decision.path == EXACT and not tuned:
+        decision = replace(decision, path=NEAREST,
+                           reason="the tuned representative of this length class")
+    return decision
+
+
 def device_info(index: int) -> DeviceInfo:
     """Identity of a GPU for lookups: model, compute capability and SM count."""
     import torch
@@ -205,6 +216,9 @@ class Dispatcher:
         is `problem` itself tuned in the database (else the representative of its length
         class)."""
         device, _ = self._identify(device_index)
+        return self._decision_problem(problem, device)
+
+    def _decision_problem(self, problem: Problem, device: DeviceInfo) -> tuple[Problem, bool]:
         known = self._tuned_problems.get(device)
         if known is None:
             with self._lock:
@@ -232,13 +246,8 @@ class Dispatcher:
             with self._lock:
                 decision = self._memo.get(key)
                 if decision is None:
-                    decision = replace(self._decide(decided_for, device_index),
-                                       decided_for=decided_for)
-                    if decision.path == EXACT and not tuned:
-                        # the class's representative is tuned, the problems it stands for
-                        # are not: each is served by its nearest tuned problem
-                        decision = replace(decision, path=NEAREST, reason=(
-                            "the tuned representative of this length class"))
+                    decision = _for_class(self._decide(decided_for, device_index),
+                                          decided_for, tuned)
                     self._memo[key] = decision
         return decision
 
@@ -496,11 +505,12 @@ class Dispatcher:
             self._tuned_problems.clear()
 
     def would_run(self, problem: Problem, device: DeviceInfo, target: Target) -> Decision:
-        """What `decide` would choose for `problem` on `device` (of `target`), without a GPU:
-        the first option whose config the target allows. Nothing is compiled or loaded, so a
-        config that would fail to build or load here is not seen (`decide` would pass over
-        it); the answer is not remembered."""
+        """What `decide` would choose for `problem` on `device` (of `target`), without a GPU
+        (for its length class, as `decide`): the first option whose config the target
+        allows. Nothing is compiled or loaded, so a config that would fail to build or load
+        here is not seen (`decide` would pass over it); the answer is not remembered."""
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
-        options, problems = self._candidates(problem, device, target)
-        return self._first(options, problems, target, None)
+        decided_for, tuned = self._decision_problem(problem, device)
+        options, problems = self._candidates(decided_for, device, target)
+        return _for_class(self._first(options, problems, target, None), decided_for, tuned)
