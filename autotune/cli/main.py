@@ -31,6 +31,7 @@ from ..store.schema import StoreError
 from ..tune.search import InfrastructureError
 from . import cache as cli_cache
 from . import kernels as cli_kernels
+from . import model as cli_model
 from . import tuning as cli_tuning
 from . import workers as cli_workers
 from .args import HelpFormatter, add_causal, nonnegative_int, positive_float, positive_int
@@ -381,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_workers.register(sub)
     cli_kernels.register(sub)
     cli_cache.register(sub)
+    cli_model.register(sub)
     p = sub.add_parser("space", help="show a family's search space and its valid-config counts")
     p.add_argument("--family", default="sm80", help="kernel family")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")

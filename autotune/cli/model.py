@@ -1,0 +1,101 @@
+"""`cute-autotune model fit | predict`: the performance model of the kernel families and torch
+SDPA on a GPU model, fitted over a tuning database's measurements (autotune/tune/fit_model.py),
+written as a JSON document that predicts without any fitting library (model/perf_model.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .._jsonfile import loads_json, read_json
+from .._shown import for_terminal
+from ..model.config import Config
+from ..model.perf_model import PerfModel
+from ..model.space import load_space
+from ..store.repo import TuningStore
+from ..store.schema import default_url, describe
+from .args import HelpFormatter, positive_int
+from .table import render_table
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from ..tune.fit_model import fit, held_out, timings
+
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        print("cute-autotune model fit needs scikit-learn: pip install scikit-learn")
+        return 2
+    store = TuningStore(args.db, create=False)
+    data = timings(store, args.device)
+    devices = {row["device"] for row in store.trials()} if args.device is None else {args.device}
+    if len(devices) > 1:
+        raise ValueError(f"{describe(store.url)} holds measurements of {sorted(devices)}: "
+                         "--device names the GPU model to fit")
+    if not data:
+        print(f"no successful measurement in {describe(store.url)}: nothing to fit")
+        return 1
+    device = next(iter(devices))
+    print(f"{len(data)} timings of {len({t.problem for t in data})} problems on "
+          f"{for_terminal(device)} in {describe(store.url)}")
+    fit_args = {"trees": args.trees, "depth": args.depth}
+    if args.folds > 1:
+        errors = held_out(data, device, folds=args.folds, **fit_args)
+        print(render_table(
+            ["family", "timings", "problems", "median error", "p90 error", "in p20-p80"],
+            [[e.family, str(e.timings), str(e.problems), f"{e.median_error:.1%}",
+              f"{e.p90_error:.1%}", f"{e.covered:.0%}"] for e in errors]))
+        print(f"(each problem predicted by a model fitted without it: {args.folds} folds)")
+    doc = fit(data, device, **fit_args)
+    Path(args.out).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    print(f"{args.out}: the model of {len(data)} timings (data digest {doc['data_digest'][:12]})")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .tuning import problem_from_args
+
+    model = PerfModel(read_json(args.model))
+    problem = problem_from_args(args)
+    data: Any = loads_json(args.config, "--config")
+    if not isinstance(data, dict) or "family" not in data:
+        raise ValueError("--config is a JSON object with its family, e.g. "
+                         '{"family": "sm90", "block_m": 128, ...}')
+    family = data.pop("family")
+    config = load_space(family).validate(Config.make(family, {**data,
+                                                              **problem.space_values()}))
+    print(f"{problem.describe()}, {load_space(family).name_of(config)} on "
+          f"{for_terminal(model.device)}: {model.predict(problem, config).describe()}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    from .tuning import add_problem_args
+
+    p = sub.add_parser("model", help="the performance model: fit it over a database's "
+                       "measurements, predict a config's time")
+    actions = p.add_subparsers(dest="model_command", required=True, help="what to do")
+    p = actions.add_parser(
+        "fit", formatter_class=HelpFormatter,
+        help="fit the model over the measurements of one GPU model (scikit-learn), report its "
+        "error on problems left out of the fit, write it as JSON")
+    p.add_argument("--db", help=f"SQLAlchemy URL of the tuning database (default: "
+                   f"$CUTE_AUTOTUNE_DB, else {default_url()})")
+    p.add_argument("--device", help="the GPU model's name, e.g. 'NVIDIA H200' (needed when the "
+                   "database holds several)")
+    p.add_argument("--out", required=True, help="the model's JSON file")
+    p.add_argument("--folds", type=int, default=5,
+                   help="folds of the held-out error by problem (0 or 1: none)")
+    p.add_argument("--trees", type=positive_int, default=200, help="trees per quantile")
+    p.add_argument("--depth", type=positive_int, default=4, help="depth of each tree")
+    p.set_defaults(func=cmd_fit)
+    p = actions.add_parser("predict", formatter_class=HelpFormatter,
+                           help="a config's predicted time on a problem, with its p20-p80 range")
+    p.add_argument("--model", required=True, help="a model file `model fit` wrote")
+    p.add_argument("--config", required=True,
+                   help='the config as JSON, e.g. \'{"family": "sm90", "block_m": 128, ...}\' '
+                   "(its head dim, dtype and causality are the problem's)")
+    add_problem_args(p, required=True)
+    p.set_defaults(func=cmd_predict)
