@@ -97,15 +97,11 @@ def test_a_growing_dense_cache_is_decided_per_length_class() -> None:
     from autotune.runtime import attention as attention_module
     from autotune.runtime.attention import dispatcher
 
+    from ..runtime.test_length_classes import _counting
+
     d = dispatcher()
-    decided: list[Problem] = []
     decide = d._decide
-
-    def counted(problem: Problem, index: int) -> object:
-        decided.append(problem)
-        return decide(problem, index)
-
-    d._decide = counted  # type: ignore[method-assign]
+    decided = _counting(d)
     try:
         lengths = range(900, 1300)
         for length in lengths:
