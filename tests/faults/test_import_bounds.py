@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,13 @@ def test_the_closed_form_matches_counting_row_by_row() -> None:
             assert Problem(1, 1, 1, lq, lk, 64, causal=True).visible_pairs == counted, (lq, lk)
 
 
-def test_an_import_of_hostile_sizes_takes_seconds(tmp_path: Path) -> None:
+def test_an_import_of_hostile_sizes_takes_seconds(
+        tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]) -> None:
     doc = export_doc([_entry(**sizes) for sizes in HUGE_CAUSAL])
     seconds, status, stderr = _import_seconds(tmp_path, doc)
+    fault_summary({"case": f"import of {len(HUGE_CAUSAL)} causal entries with lengths near "
+                           "2^31 (a process of its own)", "seconds": round(seconds, 2),
+                   "status": status, "traceback": "Traceback" in stderr})
     assert "Traceback" not in stderr, stderr[-3000:]
     assert status in (0, 2), stderr
     assert seconds < 20, f"import took {seconds:.1f} s"  # a process's start included
@@ -102,7 +107,7 @@ OUT_OF_RANGE = [
 @pytest.mark.parametrize("field, spelt, fragment", OUT_OF_RANGE, ids=[o[0] for o in OUT_OF_RANGE])
 def test_numbers_beyond_float_range_are_refused_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, spelt: str | None,
-        fragment: str) -> None:
+        fragment: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
     entry = export_entry(1024)
     marker = 123456.789
     if field == "sm_count":
@@ -119,8 +124,11 @@ def test_numbers_beyond_float_range_are_refused_in_one_line(
     path = tmp_path / "hostile.json"
     path.write_text(text)
     url = f"sqlite:///{tmp_path}/t.db"
-    assert main(["import", str(path), "--db", url]) == 2
+    status = main(["import", str(path), "--db", url])
     err = capsys.readouterr().err
+    fault_summary({"case": f"import of a {field} no float holds", "status": status,
+                   "said": err.strip()[:160]})
+    assert status == 2
     assert "entry #1" in err and fragment in err, err
     assert len(max(err.splitlines(), key=len)) < 300, err  # the number is not printed whole
     assert TuningStore(url).list_best() == []
