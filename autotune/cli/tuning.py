@@ -63,16 +63,16 @@ def model_problems(args: argparse.Namespace) -> list[Problem]:
     its head dim."""
     model = read_model(args.model)
     if args.dtype:
-        model = replace(model, dtype=args.dtype)
-    layers = f", {model.layers} layers" if model.layers else ""
-    print(f"{for_terminal(model.name)}: {model.heads_q} query heads, {model.heads_kv} key/value "
-          f"heads, head dim {model.head_dim}, {model.dtype}{layers}")
+        model = replace(model, shape=replace(model.shape, dtype=args.dtype))
+    shape, layers = model.shape, f", {model.layers} layers" if model.layers else ""
+    print(f"{for_terminal(model.name)}: {shape.heads_q} query heads, {shape.heads_kv} key/value "
+          f"heads, head dim {shape.head_dim}, {shape.dtype}{layers}")
     for note in model.notes:
         print(f"  note: {for_terminal(note)}")
     head_dims = sorted({int(d) for f in kernel_families()
                         for d in load_space(f).params["head_dim"].values})
-    if model.head_dim not in head_dims:
-        print(f"head dim {model.head_dim} is not one the kernels have ({head_dims}): "
+    if shape.head_dim not in head_dims:
+        print(f"head dim {shape.head_dim} is not one the kernels have ({head_dims}): "
               "attention() runs torch SDPA for this model; nothing to tune", file=sys.stderr)
         return []
     problems = model.problems(args.batches, args.lengths, args.decode_tokens)

@@ -11,7 +11,7 @@ config is plain JSON.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,11 @@ _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "bf16": "bf16", "fp16": "fp16"
 
 @dataclass(frozen=True)
 class ModelAttention:
-    """One model's attention: its heads, head dim and dtype, and what of it is not served."""
+    """One model's attention, and what of it is not served: `shape` is its problem at batch 1
+    and length 1 (its heads, head dim and dtype), which `problems` sizes."""
 
     name: str
-    heads_q: int
-    heads_kv: int
-    head_dim: int
-    dtype: str
+    shape: Problem
     layers: int | None
     notes: tuple[str, ...]
 
@@ -42,12 +40,12 @@ class ModelAttention:
         found: dict[Problem, None] = {}
         for batch in batches:
             for length in lengths:
-                found.setdefault(Problem(batch, self.heads_q, self.heads_kv, length, length,
-                                         self.head_dim, self.dtype, True))
+                found.setdefault(replace(self.shape, batch=batch, seqlen_q=length,
+                                         seqlen_k=length, causal=True))
             for tokens in decode_tokens:
                 for length in lengths:
-                    found.setdefault(Problem(batch, self.heads_q, self.heads_kv, tokens,
-                                             length, self.head_dim, self.dtype, tokens > 1))
+                    found.setdefault(replace(self.shape, batch=batch, seqlen_q=tokens,
+                                             seqlen_k=length, causal=tokens > 1))
         return list(found)
 
 
@@ -136,8 +134,9 @@ def model_attention(config: Any, name: str = "model") -> ModelAttention:
             config.get("attention_sinks"):
         notes.append("attention sinks: not served by the kernels yet")
     layers = config.get("num_hidden_layers")
-    return ModelAttention(name, heads_q, heads_kv, head_dim, dtype,
-                          layers if isinstance(layers, int) else None, tuple(notes))
+    shape = Problem(1, heads_q, heads_kv, 1, 1, head_dim, dtype)
+    return ModelAttention(name, shape, layers if isinstance(layers, int) else None,
+                          tuple(notes))
 
 
 def read_model(source: str) -> ModelAttention:
