@@ -21,7 +21,7 @@ from .table import render_table
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from ..tune.fit_model import fit, held_out, timings
+    from ..tune.fit_model import fit, held_out, timings_of
 
     try:
         import sklearn  # noqa: F401
@@ -29,8 +29,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print("cute-autotune model fit needs scikit-learn: pip install scikit-learn")
         return 2
     store = TuningStore(args.db, create=False)
-    data = timings(store, args.device)
-    devices = {row["device"] for row in store.trials()} if args.device is None else {args.device}
+    rows = store.trials()  # read once: the timings and the GPU models they are of
+    data = timings_of(rows, args.device)
+    devices = {row["device"] for row in rows} if args.device is None else {args.device}
     if len(devices) > 1:
         raise ValueError(f"{describe(store.url)} holds measurements of {sorted(devices)}: "
                          "--device names the GPU model to fit")

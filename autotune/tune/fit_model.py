@@ -54,8 +54,13 @@ class Timing:
 def timings(store: TuningStore, device: str | None = None) -> list[Timing]:
     """Every successful measurement of the database (of one GPU model's name, when given);
     a row whose config no longer validates is left out."""
+    return timings_of(store.trials(), device)
+
+
+def timings_of(rows: Sequence[dict[str, Any]], device: str | None = None) -> list[Timing]:
+    """`timings` of measurement rows already read (`TuningStore.trials`)."""
     found = []
-    for row in store.trials():
+    for row in rows:
         if device is not None and row["device"] != device:
             continue
         median = row["median_us"]
