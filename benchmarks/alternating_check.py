@@ -43,24 +43,32 @@ def _sdpa(q: Any, k: Any, v: Any, causal: bool, backend: str | None) -> Callable
 
 
 def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
-                spin_cycles: int = 100_000) -> dict[str, Any]:
-    """Median microseconds per callable: ours (`attention`), SDPA's default, SDPA's backends."""
+                spin_cycles: int = 100_000, layout: str = "bhld",
+                extra: Callable[[Any, Any, Any], dict[str, Callable[[], Any]]] | None = None
+                ) -> dict[str, Any]:
+    """Median microseconds per callable: ours (`attention`), SDPA's default, SDPA's backends,
+    then whatever `extra(q, k, v)` adds, on inputs in `layout` ("blhd": [B, L, H, D], SDPA
+    handed the transposed views as a caller of that layout would). Per callable beside SDPA's
+    default, the call-by-call ratios' median and 20th/80th percentiles: a speed-up's spread."""
     import torch
 
     import autotune
 
-    shape_q = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
-    shape_kv = (problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim)
+    def shape(heads: int, length: int) -> tuple[int, ...]:
+        return ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
+                else (problem.batch, length, heads, problem.head_dim))
+
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
-    q = torch.randn(shape_q, device="cuda", dtype=dtype)
-    k = torch.randn(shape_kv, device="cuda", dtype=dtype)
-    v = torch.randn(shape_kv, device="cuda", dtype=dtype)
+    q = torch.randn(shape(problem.heads_q, problem.seqlen_q), device="cuda", dtype=dtype)
+    k = torch.randn(shape(problem.heads_kv, problem.seqlen_k), device="cuda", dtype=dtype)
+    v = torch.randn(shape(problem.heads_kv, problem.seqlen_k), device="cuda", dtype=dtype)
+    qb, kb, vb = (t if layout == "bhld" else t.transpose(1, 2) for t in (q, k, v))
     causal = problem.causal
     fns: dict[str, Callable[[], Any]] = {
-        "ours": lambda: autotune.attention(q, k, v, causal=causal),
-        "sdpa_default": _sdpa(q, k, v, causal, None)}
+        "ours": lambda: autotune.attention(q, k, v, causal=causal, layout=layout),
+        "sdpa_default": _sdpa(qb, kb, vb, causal, None)}
     for backend in ("flash", "efficient", "cudnn"):
-        fn = _sdpa(q, k, v, causal, backend)
+        fn = _sdpa(qb, kb, vb, causal, backend)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -68,6 +76,8 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
             except RuntimeError:
                 continue
         fns[f"sdpa_{backend}"] = fn
+    if extra is not None:
+        fns.update(extra(q, k, v))
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     times: dict[str, list[tuple[Any, Any]]] = {name: [] for name in fns}
@@ -83,15 +93,25 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
             if i >= warmup:
                 times[name].append((start, end))
     torch.cuda.synchronize()
-    medians = {name: statistics.median([s.elapsed_time(e) * 1e3 for s, e in pairs])
-               for name, pairs in times.items()}
+    us = {name: [s.elapsed_time(e) * 1e3 for s, e in pairs] for name, pairs in times.items()}
+    medians = {name: statistics.median(values) for name, values in us.items()}
     ours = medians["ours"]
-    decision = autotune.explain(q, k, v, causal=causal)
-    return {"shape": problem.describe(), "problem": problem.as_dict(), "calls": calls,
+    decision = autotune.explain(q, k, v, causal=causal, layout=layout)
+    return {"shape": problem.describe(), "problem": problem.as_dict(), "layout": layout,
+            "calls": calls,
             "dispatch": decision.config.to_json() if decision.config else decision.path,
             "decision": decision.describe(),
             "median_us": medians, "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
+            "ratio_vs_sdpa_default": {name: _quantiles(us["sdpa_default"], values)
+                                      for name, values in us.items() if name != "sdpa_default"},
             "regret": ours / min(medians.values())}
+
+
+def _quantiles(reference: list[float], values: list[float]) -> dict[str, float]:
+    """reference / value call by call (the alternation pairs them): median, p20, p80."""
+    ratios = sorted(r / v for r, v in zip(reference, values, strict=True))
+    cut = statistics.quantiles(ratios, n=5) if len(ratios) > 1 else ratios * 4
+    return {"median": statistics.median(ratios), "p20": cut[0], "p80": cut[-1]}
 
 
 def main() -> int:

@@ -60,7 +60,7 @@ def main() -> int:
     from autotune.model import Problem
 
     autotune.configure()
-    problems = [Problem(*sizes) for _, sizes in CASES]  # type: ignore[arg-type]
+    problems = [Problem(*sizes) for _, sizes in CASES]
     _compile_first(problems)
     rows = []
     for (what, _), problem in zip(CASES, problems, strict=True):

@@ -11,6 +11,7 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .config import Config, InvalidConfig
     from .occupancy import ctas_per_sm
+    from .perf_model import PerfModel
     from .problem import Problem
     from .sampling import covering_sample
     from .shapes import load_shape_set
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
 __all__ = [
     "Config",
     "InvalidConfig",
+    "PerfModel",
     "Problem",
     "Space",
     "Target",
@@ -41,6 +43,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Config": ("config", "Config"),
     "InvalidConfig": ("config", "InvalidConfig"),
     "Problem": ("problem", "Problem"),
+    "PerfModel": ("perf_model", "PerfModel"),
     "Space": ("space", "Space"),
     "families": ("space", "families"),
     "load_space": ("space", "load_space"),

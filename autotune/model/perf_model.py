@@ -81,6 +81,11 @@ class Prediction:
         return f"{self.median_us:.1f} us (p20-p80 {self.low_us:.1f}-{self.high_us:.1f})"
 
 
+def problem_row(problem: Problem) -> list[Any]:
+    """A problem as a compact JSON row (its fields in declaration order)."""
+    return list(problem.as_dict().values())
+
+
 def digest_of(doc: dict[str, Any]) -> str:
     """SHA-256 of a model document's canonical JSON, its own `digest` field left out."""
     body = {k: v for k, v in doc.items() if k != "digest"}
@@ -108,6 +113,8 @@ class PerfModel:
                 str(k): [str(x) for x in v] for k, v in doc["categories"].items()}
             self.kernel_sources: dict[str, str] = dict(doc["kernel_sources"])
             self.data_digest = str(doc["data_digest"])
+            # The problems the fit saw (absent from documents written before it was kept).
+            self.fit_problems = frozenset(Problem(*row) for row in doc.get("fit_problems", []))
             self._ensembles = {q: _Ensemble(doc["ensembles"][q], len(self.features))
                                for q in QUANTILES}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

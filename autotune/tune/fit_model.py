@@ -34,6 +34,7 @@ from ..model.perf_model import (
     config_features,
     digest_of,
     problem_features,
+    problem_row,
 )
 from ..model.problem import Problem
 from ..model.space import load_space
@@ -133,6 +134,8 @@ def fit(data: Sequence[Timing], device: str, *, trees: int = 200, depth: int = 4
         "kernel_sources": {f: family_source_hash(load_space(f)) for f in families},
         "data_digest": data_digest(data), "timings": len(data),
         "problems": len({t.problem for t in data}),
+        # Which problems the fit saw: a benchmark of generalization refuses to judge on them.
+        "fit_problems": sorted(problem_row(p) for p in {t.problem for t in data}),
         "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "learner": {"library": "scikit-learn GradientBoostingRegressor", "loss": "quantile",
                     "trees": trees, "max_depth": depth, "learning_rate": learning_rate,

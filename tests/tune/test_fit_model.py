@@ -61,6 +61,8 @@ def test_a_prediction_has_a_range_and_the_model_knows_its_data(
         assert 0 < guess.low_us <= guess.median_us <= guess.high_us
     assert doc["timings"] == len(data) and len(doc["data_digest"]) == 64
     assert set(doc["kernel_sources"]) == {"sdpa", "sm80", "sm90"}
+    # The problems it saw, kept so a benchmark of generalization can refuse to judge on them.
+    assert model.fit_problems == {t.problem for t in data}
 
 
 @pytest.mark.parametrize("damage", ["value", "digest", "node", "version"])
