@@ -29,6 +29,19 @@ def db_dir() -> Path:
     return _data_dir("db")
 
 
+MODEL_SUFFIX = ".model.json"
+
+
+def shipped_results_files() -> list[Path]:
+    """The pre-tuned results shipped in db/ (`<gpu>.json`, exports), in name order."""
+    return sorted(p for p in db_dir().glob("*.json") if not p.name.endswith(MODEL_SUFFIX))
+
+
+def shipped_model_files() -> list[Path]:
+    """The performance models shipped in db/ (`<gpu>.model.json`), in name order."""
+    return sorted(db_dir().glob(f"*{MODEL_SUFFIX}"))
+
+
 def cache_dir() -> Path:
     """$CUTE_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/cute-autotune, else ~/.cache/cute-autotune."""
     override = os.environ.get("CUTE_AUTOTUNE_CACHE")

@@ -11,7 +11,7 @@ config a full search of every family finds (written to a scratch database), in o
     python benchmarks/generalization.py report --json OUT.json [OUT2.json ...]
 
 `draw` lists the problems (no GPU). It fails when a drawn problem is one the shipped results or
-the performance model (`--model`, else every `db/*model*.json`) were fitted on. `search` tunes
+the performance model (`--model`, else every `db/*.model.json`) were fitted on. `search` tunes
 the drawn problems into the scratch database with `cute-autotune tune`: the grid over every valid
 config of every family on `--exhaustive` of them (drawn by the seed, spread over prefill and
 decode, head dims and dtypes), `--budget` trials per family on the rest, torch SDPA's backends
@@ -162,7 +162,7 @@ def fitted_problems(model_paths: list[str]) -> dict[Any, str]:
 
 def model_files(given: list[str] | None) -> list[str]:
     return given if given is not None else sorted(str(p) for p in (ROOT / "db").glob(
-        "*model*.json"))
+        "*.model.json"))
 
 
 def checked_draw(args: argparse.Namespace) -> list[Drawn]:
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="problems searched exhaustively (default 16)")
         p.add_argument("--model", action="append",
                        help="a performance model whose fit problems may not be drawn "
-                       "(repeatable; default: every db/*model*.json)")
+                       "(repeatable; default: every db/*.model.json)")
         p.set_defaults(func=func)
         if name == "draw":
             p.add_argument("--json", help="write the drawn problems here")

@@ -33,6 +33,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tpe-no-default-tile": {"seed_heuristic": False},
     "tpe-plain": {"seed_heuristic": False, "local_search": False},
     "random": {"sampler": "random", "seed_heuristic": False},
+    # `tune --quick`: the performance model, fitted on the recording without the problem
+    # searched (leave one problem out), ranks the builds; no warm start from other problems.
+    "model": {"sampler": "model", "prebuild": 12, "batch_size": 2},
 }
 
 
@@ -52,10 +55,25 @@ def trials_to_target(backend: ReplayBackend, problem: Any, sampler: str, seed: i
             reached.append(p.evaluated)
 
     settings = {"sampler": "tpe", **VARIANTS[sampler]}
+    if sampler == "model":
+        settings["perf_model"] = str(_model_without(backend, problem, workdir))
+        budget = min(budget, 6)  # what --quick times at most per family
     tune_problem(problem, backend, store,
                  SearchSettings(seed=seed, trials=budget, warm_start=0, rerank_top=1, **settings),
                  families=[family], on_progress=watch)
     return (reached[0] if reached else None), (best[0] if best else None)
+
+
+def _model_without(backend: ReplayBackend, problem: Any, workdir: Path) -> Path:
+    """The performance model of the recordings' other problems (fitted once per problem)."""
+    from autotune.tune import fit_perf_model, timings_of_recording
+
+    path = workdir / f"model-without-{abs(hash(problem))}.json"
+    if not path.exists():
+        data = [t for recording in backend.recordings
+                for t in timings_of_recording(recording) if t.problem != problem]
+        path.write_text(json.dumps(fit_perf_model(data, backend.device().name, trees=60)))
+    return path
 
 
 def references(rows: list[dict[str, Any]], budget: int, best: float, launch: list[str],

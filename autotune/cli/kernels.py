@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._jsonfile import read_json
-from .._paths import db_dir
+from .._paths import shipped_results_files
 from ..build.compiler import BuildResult, default_jobs
 from ..build.pack_writer import write_pack
 from ..launch.launcher import prebuilt_launcher
@@ -42,7 +42,7 @@ def tuned_configs(paths: Sequence[Path], target: Target) -> list[Config]:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     targets = [target_for_arch(arch) for arch in args.arch]
-    paths = [Path(p) for p in args.db_json] if args.db_json else sorted(db_dir().glob("*.json"))
+    paths = [Path(p) for p in args.db_json] if args.db_json else shipped_results_files()
     selections = [(target, tuned_configs(paths, target)) for target in targets]
     for target, configs in selections:
         if not configs:

@@ -21,26 +21,38 @@ from .table import render_table
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from ..tune.fit_model import fit, held_out, timings_of
+    from ..tune.fit_model import fit, held_out, timings_of, timings_of_recording
 
     try:
         import sklearn  # noqa: F401
     except ImportError:
         print("cute-autotune model fit needs scikit-learn: pip install scikit-learn")
         return 2
-    store = TuningStore(args.db, create=False)
-    rows = store.trials()  # read once: the timings and the GPU models they are of
-    data = timings_of(rows, args.device)
-    devices = {row["device"] for row in rows} if args.device is None else {args.device}
+    data = []
+    devices: set[str] = set()
+    sources = []
+    if args.db is not None or not args.recording:
+        store = TuningStore(args.db, create=False)
+        rows = store.trials()  # read once: the timings and the GPU models they are of
+        data += timings_of(rows, args.device)
+        devices |= {row["device"] for row in rows} if args.device is None else {args.device}
+        sources.append(describe(store.url))
+    for path in args.recording or []:
+        recording = read_json(Path(path))
+        name = str(recording["device"]["name"])
+        if args.device in (None, name):
+            data += timings_of_recording(recording)
+            devices.add(name)
+        sources.append(path)
     if len(devices) > 1:
-        raise ValueError(f"{describe(store.url)} holds measurements of {sorted(devices)}: "
+        raise ValueError(f"{', '.join(sources)} hold measurements of {sorted(devices)}: "
                          "--device names the GPU model to fit")
     if not data:
-        print(f"no successful measurement in {describe(store.url)}: nothing to fit")
+        print(f"no successful measurement in {', '.join(sources)}: nothing to fit")
         return 1
     device = next(iter(devices))
     print(f"{len(data)} timings of {len({t.problem for t in data})} problems on "
-          f"{for_terminal(device)} in {describe(store.url)}")
+          f"{for_terminal(device)} in {', '.join(sources)}")
     fit_args = {"trees": args.trees, "depth": args.depth}
     if args.folds > 1:
         errors = held_out(data, device, folds=args.folds, **fit_args)
@@ -84,6 +96,9 @@ def register(sub: Any) -> None:
         "error on problems left out of the fit, write it as JSON")
     p.add_argument("--db", help=f"SQLAlchemy URL of the tuning database (default: "
                    f"$CUTE_AUTOTUNE_DB, else {default_url()})")
+    p.add_argument("--recording", action="append",
+                   help="a recording of benchmarks/sweep.py (every config of a family timed on "
+                   "a few problems) to fit on too (repeatable; without --db, these alone)")
     p.add_argument("--device", help="the GPU model's name, e.g. 'NVIDIA H200' (needed when the "
                    "database holds several)")
     p.add_argument("--out", required=True, help="the model's JSON file")

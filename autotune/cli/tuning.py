@@ -162,10 +162,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return 2
     # A piece of a long session (--skip-tuned) completes each interrupted study's budget; a
     # plain run adds --trials new trials to what the study holds.
-    settings = SearchSettings(sampler=args.sampler, seed=args.seed, trials=args.trials,
-                              time_budget_s=args.time_budget, batch_size=args.batch_size,
-                              rerank_top=args.rerank_top, reuse=not args.no_reuse,
-                              resume=args.skip_tuned, sdpa_finalists=not args.without_sdpa)
+    settings = search_settings(args)
     if args.enqueue:
         from .workers import enqueue
 
@@ -675,6 +672,27 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     return 0
 
 
+# `tune --quick`: the model sampler's defaults (tune/model_seeding.py). 12 builds compile in one
+# round on a 16-core GPU host; each family times at most 6 of them, two at a time, so that it
+# can stop as soon as its leader is separated; two finalists per family are re-timed with SDPA.
+QUICK = {"sampler": "model", "trials": 6, "prebuild": 12, "batch_size": 2, "rerank_top": 2,
+         "warm_start": 1}
+PLAIN = {"sampler": "tpe", "trials": 40, "batch_size": 4, "rerank_top": 5}
+
+
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    """The settings of `tune`'s arguments: --quick's defaults or the plain ones, each given
+    option over them."""
+    base: dict[str, Any] = dict(QUICK if args.quick else PLAIN)
+    for name in ("sampler", "trials", "batch_size", "rerank_top"):
+        if getattr(args, name) is not None:
+            base[name] = getattr(args, name)
+    if args.perf_model is not None:
+        base["perf_model"] = args.perf_model
+    return SearchSettings(seed=args.seed, time_budget_s=args.time_budget, reuse=not args.no_reuse,
+                          resume=args.skip_tuned, sdpa_finalists=not args.without_sdpa, **base)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="tune one shape or a shape set into the database")
     add_problem_args(p, required=False)
@@ -698,10 +716,20 @@ def register(sub: Any) -> None:
     p.add_argument("--without-sdpa", action="store_true",
                    help="leave torch SDPA's backends out of the final re-ranking (to study the "
                    "kernels alone; the stored best may then be slower than SDPA)")
-    p.add_argument("--trials", type=positive_int, default=40,
-                   help="new configs to evaluate per shape and family")
-    p.add_argument("--sampler", choices=["tpe", "grid", "random"], default="tpe",
-                   help="how configs are proposed")
+    p.add_argument("--quick", action="store_true",
+                   help="a new problem in about a minute: the performance model's fastest "
+                   "predicted configs across families compiled together (12 builds), timed best "
+                   "predicted first, each family stopping once its leader is separated, then "
+                   "re-ranked with SDPA (--sampler model --trials 6 --batch-size 2 "
+                   "--rerank-top 2)")
+    p.add_argument("--trials", type=positive_int,
+                   help="new configs to evaluate per shape and family (default: 40; --quick: 6)")
+    p.add_argument("--sampler", choices=["tpe", "grid", "random", "model"],
+                   help="how configs are proposed (default: tpe; model: ranked by the "
+                   "performance model, see --quick)")
+    p.add_argument("--perf-model", metavar="FILE",
+                   help="the performance model the model sampler ranks with (`cute-autotune "
+                   "model fit`; default: the one shipped in db/ for the GPU)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the sampler")
     p.add_argument("--time-budget", type=positive_float,
                    help="seconds of search per shape and family")
@@ -711,10 +739,11 @@ def register(sub: Any) -> None:
                    help="skip shapes whose every family (of --family) was searched into the "
                    "database's best config on this GPU by an earlier run, and complete the "
                    "budget of a study an earlier run left unfinished (its trials count)")
-    p.add_argument("--batch-size", type=positive_int, default=4,
-                   help="configs compiled per batch")
-    p.add_argument("--rerank-top", type=positive_int, default=5,
-                   help="finalists of each family re-timed together at the end")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="configs compiled per batch (default: 4; --quick: 2)")
+    p.add_argument("--rerank-top", type=positive_int,
+                   help="finalists of each family re-timed together at the end (default: 5; "
+                   "--quick: 2)")
     p.add_argument("--no-reuse", action="store_true",
                    help="time configs again even when the database has a measurement")
     p.add_argument("--replay", action="append", metavar="RECORDING",

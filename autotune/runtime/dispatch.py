@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from .._bounded import LruDict
 from .._jsonfile import JsonInputError, read_json
-from .._paths import db_dir
+from .._paths import shipped_results_files
 from ..build.obtain import obtain
 from ..launch.kernel import CompiledKernel
 from ..measure.sdpa import sdpa_path
@@ -160,7 +160,7 @@ def device_info(index: int) -> DeviceInfo:
 def shipped_results() -> list[dict[str, Any]]:
     """The pre-tuned result files shipped in db/ (JSON exports)."""
     found = []
-    for path in sorted(db_dir().glob("*.json")):
+    for path in shipped_results_files():
         try:
             found.append(read_json(path))
         except JsonInputError:

@@ -10,6 +10,8 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
     from .backends import SDPA_FAMILY, GpuBackend, ReplayBackend
+    from .fit_model import fit as fit_perf_model
+    from .fit_model import timings_of_recording
     from .loop import Progress
     from .search import rerank_finalists, sdpa_configs, study_name, tune_problem
     from .settings import SearchSettings
@@ -25,10 +27,12 @@ __all__ = [
     "SDPA_FAMILY",
     "SearchSettings",
     "best_config",
+    "fit_perf_model",
     "rerank_finalists",
     "run_worker",
     "sdpa_configs",
     "study_name",
+    "timings_of_recording",
     "tune",
     "tune_problem",
 ]
@@ -46,6 +50,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "study_name": ("search", "study_name"),
     "tune_problem": ("search", "tune_problem"),
     "run_worker": ("worker", "run_worker"),
+    "fit_perf_model": ("fit_model", "fit"),
+    "timings_of_recording": ("fit_model", "timings_of_recording"),
 }
 
 

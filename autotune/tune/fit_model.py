@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +37,7 @@ from ..model.perf_model import (
     problem_row,
 )
 from ..model.problem import Problem
-from ..model.space import load_space
+from ..model.space import SDPA_FAMILY, load_space
 from ..store.repo import TuningStore
 
 _ALPHAS = {"p20": 0.2, "p50": 0.5, "p80": 0.8}
@@ -75,6 +75,32 @@ def timings_of(rows: Sequence[dict[str, Any]], device: str | None = None) -> lis
         except (KeyError, TypeError, ValueError):
             continue
         found.append(Timing(problem, config, float(median)))
+    return found
+
+
+def timings_of_recording(data: Mapping[str, Any]) -> list[Timing]:
+    """`timings` of a recording of benchmarks/sweep.py (every valid config of a family timed on
+    a few problems, torch SDPA's backends beside them): each config that ran, and each SDPA
+    backend as a config of the `sdpa` family. A row whose config no longer validates is left
+    out (the space changed since the recording)."""
+    found = []
+    sdpa = load_space(SDPA_FAMILY)
+    for shape in data["shapes"]:
+        problem = Problem(**shape["problem"])
+        rows = [(dict(r["config"]), r.get("median_us")) for r in shape["configs"]
+                if r.get("status") == "ok"]
+        rows += [({"family": SDPA_FAMILY, "backend": backend, **problem.space_values()},
+                  timing.get("median_us")) for backend, timing in shape["sdpa"].items()
+                 if backend in sdpa.params["backend"].values]
+        for data_row, median in rows:
+            if not isinstance(median, (int, float)) or not median > 0:
+                continue
+            try:
+                family = data_row.pop("family")
+                config = load_space(family).validate(Config.make(family, data_row))
+            except (KeyError, TypeError, ValueError):
+                continue
+            found.append(Timing(problem, config, float(median)))
     return found
 
 

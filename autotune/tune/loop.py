@@ -18,11 +18,12 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..model.config import Config, Value
+from ..model.perf_model import Prediction
 from ..model.problem import Problem
 from ..model.space import Space, ValidConfig, load_space
 from ..model.status import Status
@@ -125,12 +126,14 @@ def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, s
 
 def search_family(problem: Problem, family: str, name: str, backend: Backend,
                   store: TuningStore, settings: SearchSettings, sdpa_default: float | None,
-                  on_progress: Callable[[Progress], None] | None) -> FamilySearch:
+                  on_progress: Callable[[Progress], None] | None,
+                  ranked: Sequence[tuple[Config, Prediction]] = ()) -> FamilySearch:
     """One family's study (`name`): `settings.trials` configs evaluated (with `resume`, up to
     that many of today's builds in the study), fewer when the time budget runs out, the space
     is exhausted or the strategy has nothing new to propose. With `settings.sweep_launch`, a
     family with launch parameters has every launch value of each config it builds timed right
-    after it, on the same build: `trials` then counts builds."""
+    after it, on the same build: `trials` then counts builds. `ranked`: the model sampler's
+    configs of this family with their predicted times (tune/model_seeding.py)."""
     space = load_space(family)
     device, target = backend.device(), backend.target()
     fixed: dict[str, Value] = problem.space_values()
@@ -151,7 +154,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
              if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
              else [])
     strategy = strategy_for(settings, study, target, known, seeds,
-                            settle=lambda: study.settle_abandoned(store, device, problem))
+                            settle=lambda: study.settle_abandoned(store, device, problem),
+                            ranked=ranked)
 
     def tell(proposal: Proposal, outcome: Outcome) -> None:
         strategy.tell(proposal, outcome)

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 
 from ..build.compiler import BuildResult
 from ..model.config import Config
+from ..model.perf_model import Prediction
 from ..model.problem import Problem
-from ..model.space import load_space, supported_families, unsupported_reason
+from ..model.space import ValidConfig, load_space, supported_families, unsupported_reason
 from ..model.status import Status
 from ..store.records import BaselineTiming, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from .backends import SDPA_FAMILY, Backend
-from .loop import InfrastructureError, Progress, search_family
+from .loop import InfrastructureError, Progress, search_family, warm_start_seeds
+from .model_seeding import perf_model_for, quick_plan
 from .settings import SAMPLERS, SearchSettings
 from .study import counted_trials
 
@@ -165,9 +167,12 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
 
     # torch SDPA is not searched (a handful of backends): each backend is a finalist of every
     # re-ranking. Asked for alone (`--family sdpa`), the session only re-ranks them.
+    compiled = [family for family in chosen if load_space(family).compiled]
+    ranked = (_seeded_and_built(problem, backend, store, settings, compiled)
+              if settings.sampler == "model" else {})
     searches = [search_family(problem, family, studies[family], backend, store, settings,
-                              sdpa_default, on_progress)
-                for family in chosen if load_space(family).compiled]
+                              sdpa_default, on_progress, ranked.get(family, []))
+                for family in compiled]
     finalists = [(search.study, config) for search in searches for config in search.top]
     # A best config of a family not searched now (tuned earlier) defends its place in the same
     # re-timing, so that tuning one family again cannot replace a faster kernel of another.
@@ -204,6 +209,24 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
                        sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),
                        sum(o.pruned for o in outcomes), sum(o.reused for o in outcomes), total,
                        [r.result for r in reranked], tuple(outcomes))
+
+
+def _seeded_and_built(problem: Problem, backend: Backend, store: TuningStore,
+                      settings: SearchSettings, families: Sequence[str]
+                      ) -> dict[str, list[tuple[ValidConfig, Prediction]]]:
+    """The model sampler's plan (tune/model_seeding.py): per family, the builds it will time
+    in predicted order (`settings.prebuild` in all, `settings.trials` at most per family);
+    those and each family's warm-start seeds compiled together now, in parallel, so the
+    search's batches find them built."""
+    device, target = backend.device(), backend.target()
+    model = perf_model_for(settings, device)
+    plan = quick_plan(model, problem, families, target, settings.prebuild)
+    per_family = {f: ranked[: settings.trials] for f, ranked in plan.per_family.items()}
+    seeds = [c for f in families for c in warm_start_seeds(store, device, problem,
+                                                           load_space(f), target, settings)]
+    wanted = list(dict.fromkeys([c for r in per_family.values() for c, _ in r] + seeds))
+    backend.build(wanted)
+    return per_family
 
 
 def sdpa_configs(problem: Problem) -> list[Config]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SAMPLERS = ("tpe", "grid", "random")
+SAMPLERS = ("tpe", "grid", "random", "model")
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,14 @@ class SearchSettings:
     # torch SDPA's backends join the final re-ranking (the stored best may be SDPA itself);
     # off only to study the kernels' search alone.
     sdpa_finalists: bool = True
+    # The model sampler (tune/model_seeding.py): the performance model it ranks with (a JSON
+    # file; None: the one shipped in db/ for the GPU) and how many builds it compiles in all,
+    # together, before timing any (`trials` caps each family's share).
+    perf_model: str | None = None
+    prebuild: int = 12
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
-        if self.trials < 1 or self.batch_size < 1 or self.rerank_top < 1:
-            raise ValueError("trials, batch_size and rerank_top must be >= 1")
+        if self.trials < 1 or self.batch_size < 1 or self.rerank_top < 1 or self.prebuild < 1:
+            raise ValueError("trials, batch_size, rerank_top and prebuild must be >= 1")

@@ -11,15 +11,18 @@ its sampler; the queue is stored, so what one session leaves queued the next ask
 * LocalSearch (around another strategy): half of each batch refines good configs.
 * WarmStart (around another strategy): given configs first (the best of the nearest tuned
   problems, the family's default).
+* ModelRanked: the builds the performance model predicts fastest, in that order, until the
+  measured leader is separated from the rest (tune/model_seeding.py).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..model.config import Config, Value
+from ..model.perf_model import Prediction
 from ..model.space import Space
 from ..model.target import Target
 from .settings import SearchSettings
@@ -49,7 +52,7 @@ def sampler_for(settings: SearchSettings, launch_params: Iterable[str] = ()) -> 
     # "grid" is a random sampler behind a queue holding every valid config (GridSearch), which
     # it never reaches: Optuna's GridSampler enumerates the full product, invalid points
     # included, and stops the study from inside `tell`, which ask-and-tell use does not allow.
-    if settings.sampler in ("grid", "random"):
+    if settings.sampler in ("grid", "random", "model"):
         return optuna.samplers.RandomSampler(seed=settings.seed)
     # Configs of a batch are proposed before any of them is timed: the constant liar makes TPE
     # treat the pending ones as bad, so a batch spreads out instead of repeating one guess.
@@ -262,16 +265,71 @@ class WarmStart:
         self._inner.tell(proposal, outcome)
 
 
+class ModelRanked:
+    """`ranked` (configs with their predicted times, fastest predicted first) not measured
+    yet, in that order; then None, and None as soon as the leader is separated: once
+    `MIN_MEASURED` of them were measured, when no config left is predicted, at its optimistic
+    end (the 20th percentile) times how far the model was off here (the least ratio of
+    measured over predicted: the most hopeful reading of its error), to beat the fastest
+    measured. Configs the study's queue holds (seeds, a
+    queue left by an earlier session) are asked first."""
+
+    MIN_MEASURED = 2
+
+    def __init__(self, study: Study, ranked: Sequence[tuple[Config, Prediction]],
+                 known: Mapping[str, float | None]) -> None:
+        self._study = study
+        self._predicted = {c.digest: guess for c, guess in ranked}
+        self._todo = [c for c, _ in ranked if c.digest not in known]
+        self._measured = {d: v for d, v in known.items()
+                          if v is not None and d in self._predicted}
+        self._asked: set[str] = set()
+
+    def begin_batch(self, size: int) -> None:
+        pass
+
+    def separated(self) -> bool:
+        if len(self._measured) < self.MIN_MEASURED:
+            return False
+        left = [c for c in self._todo if c.digest not in self._asked]
+        if not left:
+            return True
+        off = min(v / self._predicted[d].median_us for d, v in self._measured.items())
+        optimistic = min(self._predicted[c.digest].low_us for c in left) * off
+        return optimistic >= min(self._measured.values())
+
+    def propose(self) -> Proposal | None:
+        if self.separated():
+            return None
+        if not self._study.waiting():
+            left = [c for c in self._todo if c.digest not in self._asked]
+            if not left:
+                return None
+            self._study.enqueue(left[:1])
+        proposal = self._study.ask()
+        self._asked.add(proposal.config.digest)
+        return proposal
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._study.tell(proposal, outcome)
+        if outcome.measured and outcome.value is not None \
+                and proposal.config.digest in self._predicted:
+            self._measured[proposal.config.digest] = outcome.value
+
+
 def strategy_for(settings: SearchSettings, study: Study, target: Target,
                  known: Mapping[str, float | None], seeds: Iterable[Config] = (),
-                 settle: Callable[[], None] = lambda: None) -> Strategy:
+                 settle: Callable[[], None] = lambda: None,
+                 ranked: Sequence[tuple[Config, Prediction]] = ()) -> Strategy:
     """The strategy `settings` name, on a study opened with `sampler_for(settings)`. `known`:
     what the study measured already (by digest); `seeds`: configs to try first (not by grid,
     which tries everything); `settle`: settles the trials of processes gone since the session
-    began (`Study.settle_abandoned`), run by grid before it re-queues lost configs."""
+    began (`Study.settle_abandoned`), run by grid before it re-queues lost configs; `ranked`:
+    the model sampler's configs with their predictions (tune/model_seeding.py)."""
     if settings.sampler == "grid":
         return GridSearch(study, target, known, settle)
-    strategy: Strategy = SamplerSearch(study)
+    strategy: Strategy = (ModelRanked(study, ranked, known) if settings.sampler == "model"
+                          else SamplerSearch(study))
     if settings.local_search and settings.sampler == "tpe":
         strategy = LocalSearch(strategy, study, target, known)
     seeds = list(seeds)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autotune._paths import db_dir
+from autotune._paths import shipped_results_files
 from autotune.build import pack_writer
 from autotune.build.cache import ArtifactCache
 from autotune.build.compiler import BuildResult
@@ -92,7 +92,7 @@ def test_pack_defaults_to_the_shipped_results(tmp_path: Path, cache_root: Path,
                                               monkeypatch: pytest.MonkeyPatch,
                                               fake_launcher_here: None) -> None:
     with_fake_nvcc(monkeypatch)
-    configs = kernels.tuned_configs(sorted(db_dir().glob("*.json")), H200)
+    configs = kernels.tuned_configs(shipped_results_files(), H200)
     views = build_views(configs)
     assert configs and len(views) < len(configs)  # split counts share builds
     for view in views:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autotune._paths import shipped_results_files
 from autotune.model.buckets import representative
 from autotune.model.config import Config
 from autotune.model.problem import Problem
@@ -144,7 +145,7 @@ def test_the_shipped_h200_results_answer_every_llm_problem(
     from autotune.model.shapes import load_shape_set
 
     # the fixture stubbed shipped_results(), so read the files the way it does
-    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    real = [json.loads(p.read_text()) for p in shipped_results_files()]
     assert real, "no shipped results in db/"
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: real)
     d = make()
@@ -169,7 +170,7 @@ def test_the_shipped_h200_results_hold_each_kv_cache_kind(
     """Every KV-cache kind tuned on the H200 is in db/ with a config of a split-KV family
     (decode, or decode90 since it reads caches; torch SDPA cannot read a cache: it is the
     baseline there, never the stored best)."""
-    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    real = [json.loads(p.read_text()) for p in shipped_results_files()]
     entries = [e for data in real for e in data["results"]]
     kinds: dict[str, set[str]] = {}
     for entry in entries:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from autotune._bounded import LruDict
+from autotune._paths import shipped_results_files
 from autotune.model.buckets import (
     EXACT_UP_TO,
     class_bounds,
@@ -148,7 +149,7 @@ def test_every_shipped_problem_is_still_decided_as_itself(
         dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     """The change keeps db/'s decisions: each shipped problem is tuned, so it is decided as
     itself (exact), with the stored config, whatever its length class."""
-    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    real = [json.loads(p.read_text()) for p in shipped_results_files()]
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: real)
     entries = [e for data in real for e in data["results"] if e["device"]["name"] == H200.name]
     assert len(entries) > 100

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune._paths import shipped_results_files
 from autotune.measure.sdpa import sdpa_path
 from autotune.model.problem import Problem
 from autotune.model.space import load_space
@@ -31,7 +32,7 @@ from .test_dispatch import H200, FakeKernel
 @pytest.fixture
 def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dispatcher:
     """A dispatcher with an empty database of its own and the real db/ results."""
-    real = [json.loads(p.read_text()) for p in sorted(dispatch_module.db_dir().glob("*.json"))]
+    real = [json.loads(p.read_text()) for p in shipped_results_files()]
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: real)
     d = Dispatcher(f"sqlite:///{tmp_path}/user.db")
     d._identify = lambda index: (H200, target_for_arch(90))  # type: ignore[method-assign]
