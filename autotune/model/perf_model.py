@@ -12,12 +12,15 @@ since the fit (their predictions describe kernels that no longer exist).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from .._jsonfile import read_json
+from .._paths import shipped_model_files
 from .config import Config
 from .problem import Problem
 
@@ -135,6 +138,17 @@ class PerfModel:
         """The families fitted on kernel sources other than `current` (family -> hash)."""
         return sorted(f for f, h in self.kernel_sources.items()
                       if f in current and current[f] != h)
+
+
+@functools.cache
+def shipped_perf_model(device_name: str) -> PerfModel | None:
+    """The model shipped in db/ (`<gpu>.model.json`) fitted on `device_name`, or None (read
+    once per process)."""
+    for path in shipped_model_files():
+        model = PerfModel(read_json(path))
+        if model.device == device_name:
+            return model
+    return None
 
 
 class _Ensemble:

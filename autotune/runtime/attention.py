@@ -47,6 +47,7 @@ from .dispatch import (
     Decision,
     Dispatcher,
     device_info,
+    with_prediction,
 )
 from .misses import MissRecorder
 
@@ -465,12 +466,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
             layout: str = "bhld") -> Decision:
-    """What `attention` would run for these inputs, and why."""
+    """What `attention` would run for these inputs, and why (with what the performance model
+    shipped for the GPU predicts of it, where one ships)."""
     check_arguments(q, k, v, causal=causal)
     problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
     if reason is not None or problem is None:
         return Decision(FALLBACK, reason or "unsupported")
-    return dispatcher().decide(problem, q.device.index or 0)
+    index = q.device.index or 0
+    return with_prediction(dispatcher().decide(problem, index), problem, device_info(index))
 
 
 from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention

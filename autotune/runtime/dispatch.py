@@ -44,10 +44,12 @@ from .._bounded import LruDict
 from .._jsonfile import JsonInputError, read_json
 from .._paths import shipped_results_files
 from ..build.obtain import obtain
+from ..build.toolchain import family_source_hash
 from ..launch.kernel import CompiledKernel
 from ..measure.sdpa import sdpa_path
 from ..model.buckets import representative
 from ..model.config import Config, InvalidConfig
+from ..model.perf_model import shipped_perf_model
 from ..model.problem import Problem
 from ..model.space import (
     SDPA_FAMILY,
@@ -96,6 +98,8 @@ class Decision:
     # the problem this was decided for: the one asked, where it is tuned, else its length
     # class's representative (None: not through `decide`)
     decided_for: Problem | None = None
+    # explain()'s: what the GPU's performance model predicts of the config and of SDPA
+    predicted: str | None = None
 
     @property
     def sdpa_backend(self) -> str | None:
@@ -120,7 +124,29 @@ class Decision:
         if self.decided:
             speed += f"; {self.decided}"
         passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
-        return f"{self.path}: {name}, {where}{speed}{passed}"
+        predicted = f"; {self.predicted}" if self.predicted else ""
+        return f"{self.path}: {name}, {where}{speed}{passed}{predicted}"
+
+
+def with_prediction(decision: Decision, problem: Problem, device: DeviceInfo) -> Decision:
+    """`decision` with what the performance model shipped for `device` predicts of its config
+    and of torch SDPA's default on `problem` (unchanged where no model ships for the GPU or
+    the model never learnt the config's family). Read by `explain()`, never on a call's path:
+    dispatch decides by measurements, the model's error across problems being wider than the
+    margins it decides on."""
+    config = decision.config
+    model = shipped_perf_model(device.name)
+    if config is None or model is None or config.family not in model.families:
+        return decision
+    sdpa = load_space(SDPA_FAMILY).config(**problem.space_values(), backend="default")
+    ours, theirs = model.predict(problem, config), model.predict(problem, sdpa)
+    text = f"the {device.name} model predicts {ours.describe()}"
+    if config.family != SDPA_FAMILY or config["backend"] != "default":
+        text += f" against {theirs.describe()} for SDPA's default"
+    stale = model.stale_families({config.family: family_source_hash(load_space(config.family))})
+    if stale:
+        text += " (fitted on an older version of this family's kernels)"
+    return replace(decision, predicted=text)
 
 
 def _twin_dtype(dtype: str) -> str:

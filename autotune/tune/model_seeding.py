@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._jsonfile import read_json
-from .._paths import shipped_model_files
-from ..model.perf_model import PerfModel, Prediction
+from ..model.perf_model import PerfModel, Prediction, shipped_perf_model
 from ..model.problem import Problem
 from ..model.space import ValidConfig, load_space
 from ..model.target import Target
@@ -37,15 +36,6 @@ def perf_model_for(settings: SearchSettings, device: DeviceInfo) -> PerfModel:
                          "(`cute-autotune model fit`) and pass it (--perf-model), or search "
                          "with another sampler")
     return found
-
-
-def shipped_perf_model(device_name: str) -> PerfModel | None:
-    """The model in db/ (`<gpu>.model.json`) fitted on `device_name`, or None."""
-    for path in shipped_model_files():
-        model = PerfModel(read_json(path))
-        if model.device == device_name:
-            return model
-    return None
 
 
 def ranked_builds(model: PerfModel, problem: Problem, family: str, target: Target

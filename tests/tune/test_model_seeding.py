@@ -134,7 +134,7 @@ def test_without_a_model_for_the_gpu_it_says_what_to_do(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import autotune.tune.model_seeding as seeding
 
-    monkeypatch.setattr(seeding, "shipped_model_files", lambda: [])
+    monkeypatch.setattr(seeding, "shipped_perf_model", lambda name: None)
     backend = ReplayBackend(SM90)
     with pytest.raises(ValueError, match="model fit"):
         tune_problem(backend.problems[0], backend, TuningStore(f"sqlite:///{tmp_path}/t.db"),
@@ -144,7 +144,7 @@ def test_without_a_model_for_the_gpu_it_says_what_to_do(tmp_path: Path,
 def test_the_shipped_model_is_found_and_not_taken_for_results() -> None:
     from autotune._paths import shipped_model_files, shipped_results_files
     from autotune.runtime import shipped_results
-    from autotune.tune.model_seeding import shipped_perf_model
+    from autotune.model.perf_model import shipped_perf_model
 
     assert shipped_model_files() and not set(shipped_model_files()) & set(
         shipped_results_files())
