@@ -68,6 +68,11 @@ MEMO_SIZE = 4096  # decisions remembered per dispatcher (least recently used dro
 # how much farther a tuned problem of the other dtype (fp16 against bf16) counts than one of
 # the problem's own: as far as one with a length twice as long
 TWIN_DTYPE_DISTANCE = 1.0
+# A kernel config carried to an untuned problem that torch runs the same way as the tuned one
+# needs this much measured advantage over SDPA's default there: a tie does not survive the
+# move (a 1.02x sm90 win carried to B3 H12 L1531 D64 fp16 causal ran at 0.97x on the H200), and
+# SDPA's default costs what SDPA costs, the floor the runtime promises.
+CARRY_MARGIN = 1.05
 
 T = TypeVar("T")
 
@@ -161,6 +166,16 @@ def _sdpa_path(problem: Problem) -> tuple[str, bool, bool, str]:
 def _region_text(problem: Problem) -> str:
     head_dim, dtype, causal, bucket = region(problem)
     return (f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}")
+
+
+def _within_carry_margin(option: Decision, problem: Problem) -> bool:
+    """Whether `option`, a kernel config carried from a tuned problem that torch runs as it
+    runs `problem`, won there by less than CARRY_MARGIN (where torch takes another path, what
+    SDPA measured there says nothing of it here)."""
+    return (option.path == NEAREST and option.config is not None
+            and option.config.family != SDPA_FAMILY and option.tuned_problem is not None
+            and option.speedup_vs_sdpa is not None and option.speedup_vs_sdpa < CARRY_MARGIN
+            and _sdpa_path(option.tuned_problem) == _sdpa_path(problem))
 
 
 def _for_class(decision: Decision, decided_for: Problem, tuned: bool) -> Decision:
@@ -380,6 +395,17 @@ class Dispatcher:
                              != lq_bucket(problem.seqlen_q)):
                     notes.append(f"nearest {family} config not taken: {family} was never "
                                  f"measured faster than torch SDPA for {_region_text(problem)}")
+                    continue
+                if _within_carry_margin(option, problem):
+                    assert option.tuned_problem is not None
+                    notes.append(f"nearest {family} config not taken: "
+                                 f"{option.speedup_vs_sdpa:.2f}x SDPA's default on "
+                                 f"{option.tuned_problem.describe()}, within the "
+                                 f"{CARRY_MARGIN:.2f}x a carried config needs")
+                    kept.append(Decision(HEURISTIC, "its nearest tuned problem's kernel won by "
+                                         "too little to carry over",
+                                         load_space(SDPA_FAMILY).heuristic(
+                                             problem.space_values())))
                     continue
                 kept.append(option)
             options = kept

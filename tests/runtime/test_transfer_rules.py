@@ -103,3 +103,26 @@ def test_a_prefill_config_is_still_not_carried_to_decode_without_a_win_there(
                                                                        "decode90"), \
         decision.describe()
     assert decision.config.family != "sm90"
+
+
+def test_a_kernel_that_won_by_a_tie_is_not_carried_where_torch_runs_the_same_way(
+        shipped: Dispatcher) -> None:
+    # B4 H16 L2048 D64 fp16 causal: sm90 won at 1.02x. Carried to this untuned problem it ran
+    # at 0.97x of SDPA's default on the H200 (below the runtime's floor); SDPA's default there.
+    decision = shipped.decide(Problem(3, 12, 12, 1531, 1531, 64, "fp16", True), 0)
+    assert decision.sdpa_backend == "default", decision.describe()
+    assert any("within the 1.05x a carried config needs" in s for s in decision.skipped)
+
+
+def test_a_clear_win_still_carries_over(shipped: Dispatcher) -> None:
+    # B1 H32/8 L8192 D128 bf16 causal: sm90 at 1.06x
+    decision = shipped.decide(Problem(1, 32, 8, 6000, 6000, 128, "bf16", True), 0)
+    assert decision.path == "nearest" and decision.config is not None
+    assert decision.config.family == "sm90", decision.describe()
+
+
+def test_a_tie_carries_where_torch_would_take_another_path(shipped: Dispatcher) -> None:
+    # the same tied sm90 config, carried to causal Lq > Lk: SDPA's is_causal timing says
+    # nothing of its lower-right-mask path there (2.21x and 1.67x for the kernel on the H200)
+    decision = shipped.decide(Problem(2, 16, 16, 1500, 1024, 64, "fp16", True), 0)
+    assert decision.config is not None and decision.config.family == "sm90", decision.describe()
