@@ -1,8 +1,9 @@
 """Issue 38, item 4: a new problem tuned in a minute. Problems drawn by a seed (half prefill,
 half decode, D=256 and fp16 among them; benchmarks/generalization.py's draw), each tuned by
-`cute-autotune tune --quick` in a fresh process with an empty cubin cache and a fresh database,
-its wall time taken from the process start to its end (CUDA start, compiles, timing, the
-re-ranking against SDPA). With `--reference-trials N`, each problem is then searched again with
+`cute-autotune tune --quick` in a fresh process with an empty cubin cache and a fresh database
+(the launcher extension, built once per machine, is built before and shared), its wall time
+taken from the process start to its end (CUDA start, compiles, timing, the re-ranking against
+SDPA). With `--reference-trials N`, each problem is then searched again with
 the plain search (`tune --trials N`, TPE, its own database) and the two winners are timed
 together in the plain alternating check: quick over reference is the quick search's regret.
 
@@ -82,6 +83,10 @@ def main() -> int:
     doc = json.loads(out.read_text()) if out.exists() else {"seed": args.seed, "rows": []}
     done = {row["index"] for row in doc["rows"]}
     work = Path(tempfile.mkdtemp(prefix="quick-tune-"))
+    base = work / "cache-base"
+    subprocess.run([sys.executable, "-c", "from autotune.launch import launcher_path; "
+                    "launcher_path()"], env={**os.environ, "CUTE_AUTOTUNE_CACHE": str(base)},
+                   check=True)
     started = time.monotonic()
     for d in chosen(args.seed, args.count):
         if d.index in done:
@@ -90,17 +95,20 @@ def main() -> int:
             print(f"stopped after {args.stop_after} s: run again to resume", flush=True)
             break
         quick_db = f"sqlite:///{work}/quick-{d.index}.db"
+        cache = work / f"cache-{d.index}"  # no cubin; the launcher built above
+        cache.mkdir()
+        (cache / "launcher").symlink_to(base / "launcher")
         row: dict[str, Any] = {**d.row(), "shape": d.problem.describe(),
                                "kernel_pack": os.environ.get("CUTE_AUTOTUNE_KERNELS"),
                                "quick": timed_tune(d.problem, quick_db, ["--quick"],
-                                                   str(work / f"cache-{d.index}"))}
+                                                   str(cache))}
         print(f"{d.index:3d} {d.kind:<7} {d.problem.describe():<40} quick "
               f"{row['quick']['wall_s']:6.1f} s rc {row['quick']['rc']}", flush=True)
         if args.reference_trials:
             ref_db = f"sqlite:///{work}/ref-{d.index}.db"
             row["reference"] = timed_tune(d.problem, ref_db,
                                           ["--trials", str(args.reference_trials)],
-                                          str(work / f"cache-{d.index}"))
+                                          str(cache))
             row.update(_together(d, quick_db, ref_db, args.calls))
             print(f"    reference {row['reference']['wall_s']:6.1f} s; quick over reference "
                   f"{row.get('quick_over_reference', float('nan')):.3f}", flush=True)
