@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._jsonfile import read_json
+from ..model.config import Config, InvalidConfig
 from ..model.perf_model import PerfModel, Prediction, shipped_perf_model
 from ..model.problem import Problem
 from ..model.space import ValidConfig, load_space
@@ -53,6 +54,38 @@ def ranked_builds(model: PerfModel, problem: Problem, family: str, target: Targe
         if build not in best or guess.median_us < best[build][1].median_us:
             best[build] = (config, guess)
     return sorted(best.values(), key=lambda pair: (pair[1].median_us, pair[0].digest))
+
+
+def shipped_seeds(problem: Problem, family: str, device: DeviceInfo) -> list[ValidConfig]:
+    """The `family` config of the shipped db/ result nearest to `problem` on this GPU model
+    (of its head dim and causality; of its dtype, else the other one's, fp16 and bf16 sharing
+    configs), as a seed: a database that never ran `attention()` holds none of them, and the
+    model does not know every family (decode90)."""
+    from ..runtime.dispatch import shipped_results
+    from ..store.exchange import BrokenRow, parse_export
+    from ..store.repo import problem_distance
+
+    space = load_space(family)
+    near: list[tuple[float, ValidConfig]] = []
+    for doc in shipped_results():
+        try:
+            entries = parse_export(doc)
+        except BrokenRow:
+            continue
+        for entry in entries:
+            config, source = entry.result.config, entry.problem
+            if (entry.device.name, entry.device.sm_count) != (device.name, device.sm_count) \
+                    or config.family != family or source.kv_cache != problem.kv_cache \
+                    or (source.head_dim, source.causal) != (problem.head_dim, problem.causal):
+                continue
+            try:
+                seed = space.validate(Config.make(family, {**dict(config.values),
+                                                           "dtype": problem.dtype}))
+            except InvalidConfig:
+                continue
+            twin = 0.0 if source.dtype == problem.dtype else 1.0
+            near.append((problem_distance(problem, source) + twin, seed))
+    return [min(near, key=lambda pair: pair[0])[1]] if near else []
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,12 @@ from ..model.perf_model import Prediction
 from ..model.problem import Problem
 from ..model.space import ValidConfig, load_space, supported_families, unsupported_reason
 from ..model.status import Status
+from ..model.target import Target
 from ..store.records import BaselineTiming, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from .backends import SDPA_FAMILY, Backend
 from .loop import InfrastructureError, Progress, search_family, warm_start_seeds
-from .model_seeding import perf_model_for, quick_plan
+from .model_seeding import perf_model_for, quick_plan, shipped_seeds
 from .settings import SAMPLERS, SearchSettings
 from .study import counted_trials
 
@@ -224,9 +225,21 @@ def _seeded_and_built(problem: Problem, backend: Backend, store: TuningStore,
     per_family = {f: ranked[: settings.trials] for f, ranked in plan.per_family.items()}
     seeds = [c for f in families for c in warm_start_seeds(store, device, problem,
                                                            load_space(f), target, settings)]
+    # the shipped results' nearest config of each family (what dispatch would carry), timed
+    # first: the best guess where the model knows the family least
+    shipped = {f: [c for c in shipped_seeds(problem, f, device)
+                   if space_fits(c, target) and c not in seeds] if settings.warm_start else []
+               for f in families}
+    per_family = {f: [(c, model.predict(problem, c)) for c in shipped[f]]
+                  + [(c, p) for c, p in per_family.get(f, []) if c not in shipped[f]]
+                  for f in families}
     wanted = list(dict.fromkeys([c for r in per_family.values() for c, _ in r] + seeds))
     backend.build(wanted)
     return per_family
+
+
+def space_fits(config: ValidConfig, target: Target) -> bool:
+    return not load_space(config.family).violations(config, target)
 
 
 def sdpa_configs(problem: Problem) -> list[Config]:

@@ -143,8 +143,8 @@ def test_without_a_model_for_the_gpu_it_says_what_to_do(tmp_path: Path,
 
 def test_the_shipped_model_is_found_and_not_taken_for_results() -> None:
     from autotune._paths import shipped_model_files, shipped_results_files
-    from autotune.runtime import shipped_results
     from autotune.model.perf_model import shipped_perf_model
+    from autotune.runtime import shipped_results
 
     assert shipped_model_files() and not set(shipped_model_files()) & set(
         shipped_results_files())
@@ -185,3 +185,36 @@ def test_cli_tune_quick_on_a_recording(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0
     assert TuningStore(f"sqlite:///{tmp_path}/cli.db").best(backend.device(), problem)
     capsys.readouterr()
+
+
+def test_the_shipped_results_seed_each_family_the_model_may_not_know() -> None:
+    from autotune.store.records import DeviceInfo
+    from autotune.tune.model_seeding import shipped_seeds
+
+    h200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+    decode = Problem(8, 32, 8, 8, 8191, 128, "fp16", True)  # no fp16 decode is shipped
+    (seed,) = shipped_seeds(decode, "decode90", h200)
+    assert seed.family == "decode90" and seed["dtype"] == "fp16"  # its bf16 twin's config
+    prefill = Problem(4, 16, 16, 2047, 2047, 64, "fp16", True)
+    assert [c.family for c in shipped_seeds(prefill, "sm90", h200)] == ["sm90"]
+    assert shipped_seeds(decode, "decode90", replace_name(h200)) == []
+
+
+def replace_name(device: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(device, name="NVIDIA H100 80GB HBM3")
+
+
+def test_quick_tunes_the_shipped_seed_first(tmp_path: Path) -> None:
+    backend = ReplayBackend(SM90)
+    problem = backend.problems[2]  # B4 H16 L2048 D128 fp16, shipped with an sm90 best
+    model = _leave_one_out(problem, tmp_path)
+    settings = SearchSettings(sampler="model", perf_model=str(model), trials=6, prebuild=12,
+                              batch_size=2, rerank_top=2, warm_start=1, seed_heuristic=False)
+    from autotune.tune.model_seeding import shipped_seeds
+
+    (seed,) = shipped_seeds(problem, "sm90", backend.device())
+    tune_problem(problem, backend, TuningStore(f"sqlite:///{tmp_path}/t.db"), settings,
+                 families=["sm90"])
+    assert seed in backend.build_calls[: len(set(backend.build_calls))]
