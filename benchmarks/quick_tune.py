@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--reference-trials", type=int, default=0,
                         help="trials per family of the plain search to compare with (0: none)")
     parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--perf-model", help="passed to `tune --quick` (default: the shipped "
+                        "model of the GPU)")
     parser.add_argument("--stop-after", type=float, default=480)
     args = parser.parse_args()
     out = Path(args.json)
@@ -100,8 +102,9 @@ def main() -> int:
         (cache / "launcher").symlink_to(base / "launcher")
         row: dict[str, Any] = {**d.row(), "shape": d.problem.describe(),
                                "kernel_pack": os.environ.get("CUTE_AUTOTUNE_KERNELS"),
-                               "quick": timed_tune(d.problem, quick_db, ["--quick"],
-                                                   str(cache))}
+                               "quick": timed_tune(d.problem, quick_db, ["--quick", *(
+                                   ["--perf-model", args.perf_model] if args.perf_model
+                                   else [])], str(cache))}
         print(f"{d.index:3d} {d.kind:<7} {d.problem.describe():<40} quick "
               f"{row['quick']['wall_s']:6.1f} s rc {row['quick']['rc']}", flush=True)
         if args.reference_trials:
