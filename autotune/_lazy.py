@@ -4,7 +4,6 @@ use, so importing one module of a stage does not load the rest (PEP 562 module _
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable, Mapping
 
 
@@ -14,11 +13,7 @@ def lazy_getattr(package: str, table: Mapping[str, tuple[str, str]]) -> Callable
     def __getattr__(name: str) -> object:
         if name in table:
             module, attr = table[name]
-            value = getattr(importlib.import_module(f".{module}", package), attr)
-            # kept on the package: the next lookup is a plain attribute (`autotune.attention`
-            # on every call of a model's layer cost 2.6 us through this function)
-            setattr(sys.modules[package], name, value)
-            return value
+            return getattr(importlib.import_module(f".{module}", package), attr)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
