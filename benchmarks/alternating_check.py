@@ -29,7 +29,7 @@ def _sdpa(q: Any, k: Any, v: Any, causal: bool, backend: str | None) -> Callable
         kwargs["enable_gqa"] = True
     if causal and q.shape[2] == k.shape[2]:
         kwargs["is_causal"] = True
-    elif causal:
+    elif causal and q.shape[2] > 1:  # one query, bottom-right, sees every key: no mask
         kwargs["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
     if backend is None:
         return lambda: F.scaled_dot_product_attention(q, k, v, **kwargs)

@@ -84,3 +84,20 @@ def test_stage_packages_stay_lazy() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_lazy_name_follows_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public name is read from its loaded module on every lookup, never kept on the package:
+    a replacement on the module (a test's monkeypatch, a user's wrapper) is what the package
+    name gives."""
+    import autotune
+    import autotune.runtime.attention as module
+
+    assert autotune.attention is module.attention
+
+    def replacement(*args: object, **kwargs: object) -> None:
+        return None
+
+    monkeypatch.setattr(module, "attention", replacement)
+    assert autotune.attention is replacement
+    assert "attention" not in vars(autotune)

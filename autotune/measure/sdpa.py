@@ -48,7 +48,10 @@ def _set_switches(values: tuple[bool, ...]) -> None:
 def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
                 scale: float | None, mask: torch.Tensor | None = None) -> dict[str, Any]:
     """The keyword arguments of F.scaled_dot_product_attention for our problem contract; a
-    `mask` (boolean, True = attend) replaces the causal one and must include it."""
+    `mask` (boolean, True = attend) replaces the causal one and must include it. A causal
+    single-query problem gets no mask: aligned bottom-right, its one row sees every key, and
+    torch's lower-right bias would send the call through Python dispatch code that takes the
+    host longer than a decode step takes the GPU."""
     kwargs: dict[str, Any] = {"scale": scale}
     if heads_q != heads_kv:
         kwargs["enable_gqa"] = True
@@ -56,7 +59,7 @@ def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
         kwargs["attn_mask"] = mask
     elif causal and lq == lk:
         kwargs["is_causal"] = True
-    elif causal:
+    elif causal and lq > 1:
         from torch.nn.attention.bias import causal_lower_right
 
         kwargs["attn_mask"] = causal_lower_right(lq, lk)
@@ -70,7 +73,7 @@ def sdpa_path(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
     that bias with more queries than keys, whose first rows see no key), whether it needs
     `enable_gqa`, whether it is a decode-sized call (Lq <= 16), and how the keys are held. A
     timing of SDPA on one problem says something of another only where these agree."""
-    if not causal:
+    if not causal or (lq == 1 and lk > 1):  # one query, bottom-right: it sees every key
         mask = "none"
     elif lq == lk:
         mask = "is_causal"
