@@ -46,7 +46,7 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, cwd=tmp_path, env=env).stdout
     module, kernel_src, source_hash, revision = json.loads(out)
-    assert revision == "0.5.0"  # the migrations ship with the package
+    assert revision == "0.6.0"  # the migrations ship with the package
     assert module.startswith(str(site)) and kernel_src.startswith(str(site))
     # Same sources, same hash: an installed copy shares the artifact cache with a checkout.
     assert source_hash == family_source_hash(load_space("sm80"))

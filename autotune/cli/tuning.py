@@ -177,6 +177,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     outcomes: list[TuneOutcome] = []
     backend = open_backend(args.replay)
     try:
+        device_name = backend.device().name
         if args.misses:
             problems = frequent_misses(args, backend.device())
         if isinstance(backend, ReplayBackend):
@@ -254,7 +255,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if skipped:
         print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
               "run it again with --skip-tuned to continue")
+    if outcomes and not args.no_refit and not args.quick:
+        print("\n" + refit_message(args.db, device_name, "tune"))
     return 0 if all(o.best for o in outcomes) else 1
+
+
+def refit_message(db: str | None, device: str, fitted_by: str) -> str:
+    """Refit `device`'s performance model in the database (tune/refit.py) and say what came of
+    it; a failure is said, never raised: the results it follows are kept either way."""
+    from ..tune.refit import refit
+
+    try:
+        return refit(TuningStore(db), device, fitted_by).message
+    except (StoreError, ValueError) as exc:
+        return f"the performance model of {device} was not refitted: {exc}"
 
 
 def gpu_model(text: str) -> DeviceInfo:
@@ -525,6 +539,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                   if counts["duplicates"] else "")
     print(f"imported {counts['imported']} results; kept {counts['kept_existing']} existing "
           f"(--overwrite replaces them){duplicates}")
+    if counts["imported"] and not args.no_refit:
+        for device in sorted({str(entry["device"]["name"]) for entry in data["results"]}):
+            print(refit_message(args.db, device, "import"))
     return 0
 
 
@@ -762,6 +779,10 @@ def register(sub: Any) -> None:
     p.add_argument("--for-gpu", type=gpu_model, metavar="NAME:CC:SMS",
                    help="with --enqueue: the GPU model the items are for, e.g. "
                    "'NVIDIA H200:90:132' (name, compute capability, SM count)")
+    p.add_argument("--no-refit", action="store_true",
+                   help="leave the GPU's performance model in the database as it is (by "
+                   "default it is refitted over the database after the session, where "
+                   "scikit-learn is installed; never after --quick, kept quick)")
     p.add_argument("--json", help="write the outcomes to this file")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_tune)
@@ -794,6 +815,9 @@ def register(sub: Any) -> None:
     p.add_argument("file", help="a file written by `cute-autotune export`")
     p.add_argument("--overwrite", action="store_true",
                    help="replace stored results of the same device and problem")
+    p.add_argument("--no-refit", action="store_true",
+                   help="leave the performance models in the database as they are (by default "
+                   "each imported GPU model's is refitted, where scikit-learn is installed)")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("db", help="database maintenance")

@@ -473,7 +473,9 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool =
     if reason is not None or problem is None:
         return Decision(FALLBACK, reason or "unsupported")
     index = q.device.index or 0
-    return with_prediction(dispatcher().decide(problem, index), problem, device_info(index))
+    made = dispatcher()
+    return with_prediction(made.decide(problem, index), problem, device_info(index),
+                           made.store())
 
 
 from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention

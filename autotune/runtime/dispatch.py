@@ -49,7 +49,6 @@ from ..launch.kernel import CompiledKernel
 from ..measure.sdpa import sdpa_path
 from ..model.buckets import representative
 from ..model.config import Config, InvalidConfig
-from ..model.perf_model import shipped_perf_model
 from ..model.problem import Problem
 from ..model.space import (
     SDPA_FAMILY,
@@ -59,6 +58,7 @@ from ..model.space import (
     unsupported_reason,
 )
 from ..model.target import Target, target_for_device
+from ..store.perf_models import model_for
 from ..store.records import DeviceInfo
 from ..store.repo import BrokenRow, TuningStore
 
@@ -133,19 +133,23 @@ class Decision:
         return f"{self.path}: {name}, {where}{speed}{passed}{predicted}"
 
 
-def with_prediction(decision: Decision, problem: Problem, device: DeviceInfo) -> Decision:
-    """`decision` with what the performance model shipped for `device` predicts of its config
-    and of torch SDPA's default on `problem` (unchanged where no model ships for the GPU or
-    the model never learnt the config's family). Read by `explain()`, never on a call's path:
-    dispatch decides by measurements, the model's error across problems being wider than the
-    margins it decides on."""
+def with_prediction(decision: Decision, problem: Problem, device: DeviceInfo,
+                    store: TuningStore | None = None) -> Decision:
+    """`decision` with what the performance model of `device` (fitted in `store`, or shipped
+    in db/: store.perf_models.model_for) predicts of its config and of torch SDPA's default on
+    `problem` (unchanged where there is no model for the GPU or the model never learnt the
+    config's family). Read by `explain()`, never on a call's path: dispatch decides by
+    measurements, the model's error across problems being wider than the margins it decides
+    on."""
     config = decision.config
-    model = shipped_perf_model(device.name)
-    if config is None or model is None or config.family not in model.families:
+    if config is None:
+        return decision
+    model, source = model_for(store, device.name)
+    if model is None or config.family not in model.families:
         return decision
     sdpa = load_space(SDPA_FAMILY).config(**problem.space_values(), backend="default")
     ours, theirs = model.predict(problem, config), model.predict(problem, sdpa)
-    text = f"the {device.name} model predicts {ours.describe()}"
+    text = f"the {device.name} model ({source}) predicts {ours.describe()}"
     if config.family != SDPA_FAMILY or config["backend"] != "default":
         text += f" against {theirs.describe()} for SDPA's default"
     stale = model.stale_families({config.family: family_source_hash(load_space(config.family))})

@@ -303,6 +303,24 @@ class WorkItem(Base):
     problem: Mapped[ProblemRow] = relationship()
 
 
+class PerfModelRow(Base):
+    """The performance model of one GPU model (its name), fitted over this database's
+    measurements (schema 0.6.0): the document's JSON text, read by store.perf_models, which
+    refuses one whose digest does not match its text."""
+
+    __tablename__ = "perf_models"
+    __table_args__ = (UniqueConstraint("device_name", name="uq_perf_models_device"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_name: Mapped[str] = mapped_column(String(128))
+    digest: Mapped[str] = mapped_column(String(64))
+    data_digest: Mapped[str] = mapped_column(String(64))
+    timings: Mapped[int] = mapped_column(Integer)
+    fitted_by: Mapped[str] = mapped_column(String(32))  # tune | import | model fit
+    fitted_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow)
+    doc_json: Mapped[str] = mapped_column(Text)
+
+
 def check_column_bounds(session: Session, *_: object) -> None:
     """Refuse, before a flush writes anything, a string longer than its column or an integer
     outside a 32-bit column: PostgreSQL would refuse them with a DataError mid-transaction,

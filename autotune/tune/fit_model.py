@@ -104,6 +104,32 @@ def timings_of_recording(data: Mapping[str, Any]) -> list[Timing]:
     return found
 
 
+def timings_of_results(entries: Sequence[Mapping[str, Any]], device: str | None = None
+                       ) -> list[Timing]:
+    """`timings` of result entries (`TuningStore.export`'s, an imported file's): each best
+    config at its median, and SDPA's default and flash backends where the entry timed them.
+    An entry whose config no longer validates is left out."""
+    found = []
+    sdpa = load_space(SDPA_FAMILY)
+    for entry in entries:
+        try:
+            if device is not None and entry["device"]["name"] != device:
+                continue
+            problem = Problem(**entry["problem"])
+            data = dict(entry["config"])
+            family = data.pop("family")
+            rows = [(load_space(family).validate(Config.make(family, data)),
+                     entry.get("median_us"))]
+            rows += [(sdpa.config(**problem.space_values(), backend=backend), entry.get(key))
+                     for backend, key in (("default", "sdpa_default_us"),
+                                          ("flash", "sdpa_flash_us"))]
+        except (KeyError, TypeError, ValueError):
+            continue
+        found += [Timing(problem, config, float(median)) for config, median in rows
+                  if isinstance(median, (int, float)) and median > 0]
+    return found
+
+
 def _schema(data: Sequence[Timing]) -> tuple[list[str], list[str], dict[str, list[str]]]:
     families = sorted({t.config.family for t in data})
     categories: dict[str, set[str]] = {}

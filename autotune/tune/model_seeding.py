@@ -18,24 +18,29 @@ from pathlib import Path
 
 from .._jsonfile import read_json
 from ..model.config import Config, InvalidConfig
-from ..model.perf_model import PerfModel, Prediction, shipped_perf_model
+from ..model.perf_model import PerfModel, Prediction
 from ..model.problem import Problem
 from ..model.space import ValidConfig, load_space
 from ..model.target import Target
+from ..store.perf_models import model_for
 from ..store.records import DeviceInfo
+from ..store.repo import TuningStore
 from .settings import SearchSettings
 
 
-def perf_model_for(settings: SearchSettings, device: DeviceInfo) -> PerfModel:
-    """The model `settings.perf_model` names, else the one shipped in db/ for this GPU model;
+def perf_model_for(settings: SearchSettings, device: DeviceInfo,
+                   store: TuningStore | None = None) -> PerfModel:
+    """The model `settings.perf_model` names, else the one fitted in `store` for this GPU
+    model or the one shipped in db/, whichever learnt from more timings (store.perf_models);
     ValueError when there is none (the model sampler has nothing to rank with)."""
     if settings.perf_model:
         return PerfModel(read_json(Path(settings.perf_model)))
-    found = shipped_perf_model(device.name)
+    found, _ = model_for(store, device.name)
     if found is None:
-        raise ValueError(f"no performance model ships for {device.name}: fit one "
-                         "(`cute-autotune model fit`) and pass it (--perf-model), or search "
-                         "with another sampler")
+        raise ValueError(f"no performance model ships for {device.name} nor is one fitted in "
+                         "the database: tune it with another sampler first (the model is "
+                         "fitted after each session), or fit one (`cute-autotune model fit "
+                         "--store`) or pass one (--perf-model)")
     return found
 
 

@@ -220,7 +220,7 @@ def _seeded_and_built(problem: Problem, backend: Backend, store: TuningStore,
     those and each family's warm-start seeds compiled together now, in parallel, so the
     search's batches find them built."""
     device, target = backend.device(), backend.target()
-    model = perf_model_for(settings, device)
+    model = perf_model_for(settings, device, store)
     plan = quick_plan(model, problem, families, target, settings.prebuild)
     per_family = {f: ranked[: settings.trials] for f, ranked in plan.per_family.items()}
     seeds = [c for f in families for c in warm_start_seeds(store, device, problem,

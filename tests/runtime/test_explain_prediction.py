@@ -32,7 +32,7 @@ def test_the_prediction_is_shown_beside_the_decision(decision: dispatch_module.D
                                                      ) -> None:
     shown = with_prediction(decision, PREFILL, H200)
     assert shown.predicted is not None and shown.predicted.startswith(
-        "the NVIDIA H200 model predicts")
+        "the NVIDIA H200 model (shipped in db/) predicts")
     assert shown.predicted in shown.describe() and " us (p20-p80 " in shown.predicted
     assert replace(shown, predicted=None) == decision  # the decision itself is unchanged
 

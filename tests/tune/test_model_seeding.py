@@ -132,9 +132,9 @@ def test_a_problem_the_model_never_saw_ends_within_two_percent(index: int,
 
 def test_without_a_model_for_the_gpu_it_says_what_to_do(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune.tune.model_seeding as seeding
+    import autotune.model.perf_model as perf_model
 
-    monkeypatch.setattr(seeding, "shipped_perf_model", lambda name: None)
+    monkeypatch.setattr(perf_model, "shipped_perf_model", lambda name: None)
     backend = ReplayBackend(SM90)
     with pytest.raises(ValueError, match="model fit"):
         tune_problem(backend.problems[0], backend, TuningStore(f"sqlite:///{tmp_path}/t.db"),
