@@ -156,23 +156,22 @@ def test_scale_default_is_torchs(tuned_path: list[dict[str, Any]]) -> None:
 
 def test_a_transformers_model_runs_through_the_drop_in(
         tuned_path: list[dict[str, Any]]) -> None:
-    """A small decoder built from a config (no download): attn_implementation="cute_autotune"
-    gives the "sdpa" implementation's output and sends its attention through the drop-in."""
+    """A small decoder built from a config (no download), run with transformers' "sdpa"
+    inside `sdpa_dispatch()`: its output unchanged, its attention sent through the drop-in."""
     transformers = pytest.importorskip("transformers")
-    name = autotune.register_transformers()
     config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256,
                                       num_attention_heads=4, num_key_value_heads=2,
                                       num_hidden_layers=2, vocab_size=101,
                                       max_position_embeddings=64)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
+    model.set_attn_implementation("sdpa")
     ids = torch.randint(0, 101, (2, 16))
     with torch.no_grad():
-        model.set_attn_implementation("sdpa")
         want = model(ids).logits
         assert not tuned_path
-        model.set_attn_implementation(name)
-        got = model(ids).logits
+        with autotune.sdpa_dispatch():
+            got = model(ids).logits
     assert len(tuned_path) == 2 and all(c["causal"] for c in tuned_path)  # one per layer
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
