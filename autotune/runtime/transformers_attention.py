@@ -16,8 +16,9 @@ The mask function answers without materialising a mask, and without reading a de
 where the attention is plain: no padding mask, no sliding window or other pattern, and a cache
 whose queries are its last tokens (`kv_length == q_offset + q_length` with Python integers:
 transformers' dynamic cache). There it returns None when the alignment does not matter (one
-query, or as many queries as keys), and otherwise a marker (an empty tensor tagged as
-bottom-right causal) that only this attention function reads. Everywhere else it is
+query, or as many queries as keys), and otherwise, in eager mode, a marker (an empty tensor
+tagged as bottom-right causal) that only this attention function reads (a traced graph would
+drop the tag: under torch.compile that step gets transformers' mask). Everywhere else it is
 transformers' SDPA mask function, and the attention function hands what the kernels do not
 compute to transformers' own SDPA path, the reason logged once: an explicit mask (padding, a
 static cache, a sliding window pattern), causal attention aligned top-left with Lq != Lk,
@@ -80,7 +81,11 @@ def mask_function(*args: Any, **kwargs: Any) -> Any:
         q_length, kv_length = kwargs["q_length"], kwargs["kv_length"]
         if q_length == 1 or q_length == kv_length:
             return None  # transformers' own reading of None agrees with bottom-right here
-        return bottom_right_marker(kwargs.get("device", "cpu"))
+        import torch
+
+        # A traced graph keeps a tensor, not the tag set on it: compiled, the mask is made.
+        if not torch.compiler.is_compiling():
+            return bottom_right_marker(kwargs.get("device", "cpu"))
     return sdpa_mask(*args, **kwargs)
 
 

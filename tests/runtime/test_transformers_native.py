@@ -174,3 +174,20 @@ def test_the_marker_becomes_a_bottom_right_mask_where_sdpa_runs() -> None:
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
         attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(diagonal=6)).transpose(1, 2)
     torch.testing.assert_close(out, want)
+
+
+def test_a_compiled_verify_step_matches_sdpa(calls: list[dict[str, Any]]) -> None:
+    """Under torch.compile the verify step's mask is transformers' own (a traced graph would
+    drop the marker's tag): the logits still equal "sdpa"'s."""
+    name = autotune.register_transformers()
+    model = _model("llama")
+    ids = torch.randint(0, 101, (1, 14))
+    compiled = torch.compile(model, dynamic=False)
+    got, want = [], []
+    for implementation, into in ((name, got), ("sdpa", want)):
+        model.set_attn_implementation(implementation)
+        cache = transformers.DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(ids[:, :10], past_key_values=cache, use_cache=True)
+            into.append(compiled(ids[:, 10:], past_key_values=cache, use_cache=True).logits)
+    torch.testing.assert_close(got[0], want[0], atol=2e-5, rtol=2e-5)
