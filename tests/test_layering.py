@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 # Helpers every stage may use: paths, atomic JSON files, process identity, lazy names, values
 # shown in messages, bounded memos.
-BASE = {"_paths", "_jsonfile", "_process", "_lazy", "_version", "_shown", "_bounded"}
+BASE = {"_paths", "_jsonfile", "_process", "_lazy", "_version", "_shown", "_bounded",
+        "__main__"}  # `python -m autotune`, the command line's entry
 STAGES = ["model", "build", "launch", "measure", "store", "runtime", "tune", "cli"]
 # The runtime serves attention() in users' processes: from the measure stage it takes torch
 # SDPA (its baseline and fallback) and nothing else.

@@ -30,6 +30,7 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
                 if path.suffix in (".h", ".cuh", ".cpp", ".toml", ".json", ".py")
                 and "__pycache__" not in path.parts]
     assert "autotune/kernel_src/sm90/fwd_kernel.cuh" in required
+    required += ["autotune/py.typed", "autotune/__main__.py"]  # typed; `python -m autotune`
     missing = [name for name in required if name not in names]
     assert not missing, f"not in the wheel: {missing}"
     site = tmp_path / "site"
@@ -47,6 +48,9 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
                          text=True, cwd=tmp_path, env=env).stdout
     module, kernel_src, source_hash, revision = json.loads(out)
     assert revision == "0.6.0"  # the migrations ship with the package
+    command = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True,
+                             text=True, cwd=tmp_path, env=env)
+    assert command.returncode == 0 and "tune" in command.stdout
     assert module.startswith(str(site)) and kernel_src.startswith(str(site))
     # Same sources, same hash: an installed copy shares the artifact cache with a checkout.
     assert source_hash == family_source_hash(load_space("sm80"))

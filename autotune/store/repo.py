@@ -51,6 +51,7 @@ from .row_checks import (
 from .schema import (
     READ_ONLY,
     database_error,
+    database_url,
     default_url,
     ensure_schema,
     head_revision,
@@ -246,7 +247,7 @@ class TuningStore:
             self.url = engine.url.render_as_string(hide_password=False)
             ensure_schema(engine, self.url, create=create)
         else:
-            self.url = url or default_url()
+            self.url = database_url(url) if url else default_url()
             self.engine = open_engine(self.url, create=create)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", check_column_bounds)

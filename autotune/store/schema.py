@@ -119,8 +119,16 @@ def lost_connection(exc: BaseException) -> bool:
 def default_url() -> str:
     env = os.environ.get(DB_ENV)
     if env:
-        return env
+        return database_url(env)
     return f"sqlite:///{cache_dir() / 'tuning.db'}"
+
+
+def database_url(text: str) -> str:
+    """`text` as a SQLAlchemy URL: a URL (it has a scheme) as it is, anything else as the path
+    of a SQLite file (`--db tuning.db`, `--db ~/dbs/h200.db`), made absolute."""
+    if "://" in text:
+        return text
+    return f"sqlite:///{Path(text).expanduser().absolute()}"
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -132,7 +140,10 @@ def sqlite_path(url: URL) -> Path | None:
 
 def describe(url: str | URL) -> str:
     """How messages name a database: a SQLite file by its path, others by URL (no password)."""
-    parsed = make_url(url) if isinstance(url, str) else url
+    try:
+        parsed = make_url(database_url(url)) if isinstance(url, str) else url
+    except ArgumentError:
+        return repr(url)
     path = sqlite_path(parsed)
     return str(path) if path is not None else parsed.render_as_string(hide_password=True)
 
@@ -162,7 +173,7 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
     begins every transaction with BEGIN IMMEDIATE; with `migrating`, its connections keep
     foreign keys off (the schema's changes, store.migrate)."""
     try:
-        parsed = make_url(url)
+        parsed = make_url(database_url(url))
     except ArgumentError:
         raise StoreError(f"{url!r} is not a database URL (e.g. sqlite:////path/tuning.db or "
                          "postgresql+psycopg://user@host/dbname)") from None

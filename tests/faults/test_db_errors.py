@@ -72,7 +72,7 @@ def test_a_damaged_database_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize("url, fragment", [
-    ("notaurl", "not a database URL"),
+    ("notaurl", "no tuning database at"),  # a plain path names a SQLite file (none there)
     ("nosuchdialect://x/y", "not a database URL"),
 ])
 def test_a_url_that_is_not_one_is_one_line(url: str, fragment: str,

@@ -101,3 +101,22 @@ def test_a_newer_or_foreign_schema_is_refused(tmp_path: Path) -> None:
         c.exec_driver_sql("CREATE TABLE best_configs (id INTEGER PRIMARY KEY)")
     with pytest.raises(SchemaError, match="no schema version"):
         open_engine(foreign)
+
+
+def test_a_plain_path_is_a_sqlite_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """`--db tuning.db` and $CUTE_AUTOTUNE_DB=~/x.db name SQLite files, as a URL would (issue
+    40 item 4); a URL stays as it is."""
+    from autotune.store.schema import database_url, default_url, describe
+
+    monkeypatch.chdir(tmp_path)
+    assert database_url("tuning.db") == f"sqlite:///{tmp_path / 'tuning.db'}"
+    assert database_url("postgresql+psycopg://u@h/d") == "postgresql+psycopg://u@h/d"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert database_url("~/x.db") == f"sqlite:///{tmp_path / 'x.db'}"
+    monkeypatch.setenv("CUTE_AUTOTUNE_DB", "env.db")
+    assert default_url() == f"sqlite:///{tmp_path / 'env.db'}"
+    assert describe("sub/plain.db") == str(tmp_path / "sub" / "plain.db")
+    store = TuningStore("plain.db")
+    assert store.url == f"sqlite:///{tmp_path / 'plain.db'}" and (tmp_path / "plain.db").is_file()
+    assert TuningStore("plain.db", create=False).url == store.url
