@@ -431,10 +431,17 @@ def _record_json(r: BestRecord) -> dict[str, Any]:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from ..model.space import load_space
+    from ..model.space import SDPA_FAMILY, families, load_space
     from ..tune.tuning import best_config
 
     problem = problem_from_args(args)
+    held = sorted({int(d) for f in families() if f != SDPA_FAMILY
+                   for d in load_space(f).params["head_dim"].values})
+    if problem.head_dim not in held:
+        print(f"no kernel family holds head dim {problem.head_dim} (they hold {held}): "
+              f"nothing is tuned for {problem.describe()}; attention() runs torch SDPA there",
+              file=sys.stderr)
+        return 1
     answer = best_config(problem, db=args.db, device=args.device, nearest=not args.exact)
     if answer is None:
         print(f"no tuned config for {problem.describe()}"

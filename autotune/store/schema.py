@@ -178,6 +178,9 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
         raise StoreError(f"{url!r} is not a database URL (e.g. sqlite:////path/tuning.db or "
                          "postgresql+psycopg://user@host/dbname)") from None
     path = sqlite_path(parsed)
+    if path is not None and path.is_dir():
+        raise StoreError(f"{path} is a folder, not a database file: name a file, e.g. "
+                         f"--db {path / 'tuning.db'}")
     if path is not None and not create and not path.is_file():
         raise StoreError(f"no tuning database at {path}: nothing has been tuned or imported "
                          "there (check --db; `cute-autotune tune` or `import` creates one)")

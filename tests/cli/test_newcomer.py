@@ -1,0 +1,41 @@
+"""A newcomer's first commands (issue 40 item 4): `python -m autotune` runs the command line, a
+plain path names a SQLite database, a folder given as the database is named as such (nothing
+made there), and `best` of a head dim no kernel family holds says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPE = ["--batch", "1", "--heads-q", "8", "--seqlen-q", "512", "--dtype", "fp16"]
+
+
+def test_python_dash_m_autotune_is_the_command_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0 and "best" in done.stdout
+
+
+def test_a_folder_is_not_taken_for_a_database(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["list"], ["import", str(REPO / "db" / "h200.json"), "--no-refit"]):
+        assert main([*command, "--db", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "is a folder, not a database file" in err and str(tmp_path / "tuning.db") in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plain_path_and_an_impossible_head_dim(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "plain.db")
+    assert main(["import", str(REPO / "db" / "h200.json"), "--db", db, "--no-refit"]) == 0
+    assert main(["best", *SHAPE, "--head-dim", "64", "--db", db]) == 0
+    assert "nearest tuned problem" in capsys.readouterr().out
+    assert main(["best", *SHAPE, "--head-dim", "100", "--db", db]) == 1
+    assert "no kernel family holds head dim 100" in capsys.readouterr().err
