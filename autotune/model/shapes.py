@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import tomllib
 from pathlib import Path
 
 from .._paths import search_spaces_dir
 from .problem import Problem
+from .space import read_toml
 
 
 def shape_sets() -> list[str]:
@@ -21,8 +21,7 @@ def load_shape_set(name_or_path: str) -> list[Problem]:
         path = search_spaces_dir() / "shapes" / f"{name_or_path.removesuffix('.toml')}.toml"
     if not path.is_file():
         raise ValueError(f"unknown shape set {name_or_path!r}; known: {', '.join(shape_sets())}")
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
+    data = read_toml(path)
     try:
         problems: list[Problem] = []
         for shape in data["shapes"]:

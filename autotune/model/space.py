@@ -116,6 +116,15 @@ class ValidConfig(Config):
         return Config, (self.family, self.values)
 
 
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; a file that does not parse is a ValueError naming it and where."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML ({exc})") from None
+
 class Space:
     def __init__(self, data: Mapping[str, Any], source: str = "<memory>") -> None:
         self.source = source
@@ -202,8 +211,7 @@ class Space:
 
     @classmethod
     def from_file(cls, path: Path) -> Space:
-        with open(path, "rb") as f:
-            return cls(tomllib.load(f), str(path))
+        return cls(read_toml(path), str(path))
 
     @property
     def compiled(self) -> bool:

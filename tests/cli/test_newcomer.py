@@ -39,3 +39,13 @@ def test_a_plain_path_and_an_impossible_head_dim(tmp_path: Path,
     assert "nearest tuned problem" in capsys.readouterr().out
     assert main(["best", *SHAPE, "--head-dim", "100", "--db", db]) == 1
     assert "no kernel family holds head dim 100" in capsys.readouterr().err
+
+
+def test_a_shape_set_that_does_not_parse_is_named(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text("shapes = [ {batch = 1,\n")
+    assert main(["tune", "--shapes", str(bad), "--db", str(tmp_path / "t.db"),
+                 "--replay", str(REPO / "tests" / "data" / "sweep_sm80_h200.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not valid TOML" in err and "line" in err
