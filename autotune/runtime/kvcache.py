@@ -13,6 +13,12 @@ for the problem, else the nearest tuned problem), else the family's untuned defa
 head dim. `num_splits` (the KV splits, a launch-time argument
 of the same binary) is the one given, else the given config's, else (untuned) enough splits for
 one wave of CTAs.
+
+Inputs the kernels do not take but attention is defined for (CPU tensors, fp32 or fp64) are
+computed through torch in fp32 with the same contract (the append, per-sequence lengths, paged
+caches, bottom-right causal alignment, O = 0 and LSE = -inf for an empty sequence), with a
+warning once, as `attention()` falls back to torch SDPA; `strict=True` (or
+CUTE_AUTOTUNE_STRICT=1) raises instead.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from ..model.config import Config
 from ..model.problem import MAX_PAGE_SIZE, Problem
 from ..model.space import load_space
 from ..model.target import target_for_device
-from .attention import dispatcher, generation, valid_scale
+from .attention import Unsupported, _strict, dispatcher, generation, valid_scale
 from .dispatch import MEMO_SIZE
 from .kv_append import AppendPlan, plan_append
 
@@ -81,7 +87,9 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         if t.device != q.device or t.dtype != q.dtype:
             raise InputError(f"{name} must share q's device and dtype ({q.device}, {q.dtype}); "
                              f"got {t.device}, {t.dtype}")
-    dtype_name(q.dtype)
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise InputError(f"q has dtype {q.dtype}; attention needs float16, bfloat16, float32 "
+                         "or float64")
     if k_cache.shape != v_cache.shape:
         raise InputError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} "
                          f"and {tuple(v_cache.shape)}")
@@ -216,7 +224,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            block_table: torch.Tensor | None = None, causal: bool = False,
                            scale: float | None = None, return_lse: bool = False,
                            layout: str = "blhd", num_splits: int | None = None,
-                           config: Config | None = None) -> Any:
+                           config: Config | None = None, strict: bool | None = None) -> Any:
     """softmax(scale * Q K^T [+ causal mask]) V of q (Lq a few tokens) against KV caches.
 
     q: [B, Lq, Hq, D] ("blhd") or [B, Hq, Lq, D] ("bhld"). Causal masking aligns each
@@ -236,7 +244,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     out, lse = _eager_with_kvcache(
         q, k_cache, v_cache, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
         block_table=block_table, causal=causal, scale=scale, return_lse=return_lse,
-        layout=layout, num_splits=num_splits, config=config)
+        layout=layout, num_splits=num_splits, config=config, strict=_strict(strict))
     return (out, lse) if return_lse else out
 
 
@@ -251,8 +259,10 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         block_table: torch.Tensor | None = None, causal: bool = False,
                         scale: float | None = None, return_lse: bool = False,
                         layout: str = "blhd", num_splits: int | None = None,
-                        config: Config | None = None
+                        config: Config | None = None, strict: bool = False
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    import torch
+
     try:
         key = (_geometry(q), _geometry(k_cache), _geometry(v_cache), _geometry(k_new),
                _geometry(v_new), _geometry(cache_seqlens), _geometry(block_table), causal,
@@ -279,9 +289,13 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                                    or not 1 <= num_splits <= MAX_LAUNCH_SPLITS):
         raise InputError(f"num_splits must be an int from 1 to {MAX_LAUNCH_SPLITS} (None: "
                          f"the tuned or default count), got {shown(num_splits)}")
-    if q.device.type != "cuda":
-        raise InputError(f"attention_with_kvcache runs on a CUDA device; q is on {q.device}")
     scale = None if scale is None else float(scale)
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
+        reason = (f"tensors are on {q.device}" if q.device.type != "cuda"
+                  else f"dtype {q.dtype} (the kernels take fp16 and bf16)")
+        return _through_torch(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                              causal=causal, scale=scale, return_lse=return_lse, layout=layout,
+                              reason=reason, strict=strict)
     qb = logical_bhld(q, layout)
     batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
     kb = logical_bhld(k_cache, layout)
@@ -317,6 +331,61 @@ def _attend(prepared: _Prepared, q: torch.Tensor, k_cache: torch.Tensor,
                                 layout, prepared.append)
     return prepared.launch.run(q, k_cache, v_cache, return_lse=return_lse,
                                seqlens=cache_seqlens, block_table=block_table)
+
+
+_warned: set[str] = set()
+
+
+def _through_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+                   cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None, *,
+                   causal: bool, scale: float | None, return_lse: bool, layout: str,
+                   reason: str, strict: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The call computed by torch in fp32 (inputs checked): the append, then every sequence
+    against its own keys at once, masked by its length (read on the device, never the host)."""
+    import warnings
+
+    import torch
+
+    if strict:
+        raise Unsupported(f"cute-autotune cannot run this attention_with_kvcache: {reason} "
+                          "(strict mode)")
+    key = reason.split(" ")[0]
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"cute-autotune: attention_with_kvcache computed by torch: {reason}",
+                      stacklevel=4)
+    if k_new is not None and v_new is not None and cache_seqlens is not None:
+        cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
+                                layout)
+    qb, kb, vb = (logical_bhld(t, layout) for t in (q, k_cache, v_cache))
+    batch, heads_q, seqlen_q, head_dim = qb.shape
+    heads_kv = kb.shape[1]
+    if block_table is not None:  # [pages, Hkv, page, D] -> each sequence's [Hkv, rows, D]
+        kb, vb = (t[block_table.long()].permute(0, 2, 1, 3, 4).reshape(
+            batch, heads_kv, -1, head_dim) for t in (kb, vb))
+    rows = kb.shape[2]
+    lengths = (torch.full((batch,), rows, device=q.device) if cache_seqlens is None
+               else cache_seqlens.long().clamp(0, rows)).view(batch, 1, 1, 1, 1)
+    group = heads_q // heads_kv
+    qf = qb.float().reshape(batch, heads_kv, group, seqlen_q, head_dim)
+    # rows past a sequence's length hold anything (NaN included): zeroed, as 0 x NaN is NaN
+    held = torch.arange(rows, device=q.device).view(1, 1, rows, 1) < lengths.view(batch, 1, 1, 1)
+    kf, vf = (t.float().masked_fill(~held, 0.0) for t in (kb, vb))
+    real_scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    scores = torch.einsum("bhgqd,bhkd->bhgqk", qf, kf) * real_scale
+    cols = torch.arange(rows, device=q.device).view(1, 1, 1, 1, rows)
+    hidden = cols >= lengths
+    if causal:  # query i sees the keys up to length - Lq + i (aligned to the end)
+        query = torch.arange(seqlen_q, device=q.device).view(1, 1, 1, seqlen_q, 1)
+        hidden = hidden | (cols > lengths - seqlen_q + query)
+    scores = scores.masked_fill(hidden, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.nan_to_num(torch.exp(scores - lse[..., None]), nan=0.0)
+    out = torch.einsum("bhgqk,bhkd->bhgqd", weights, vf).reshape(
+        batch, heads_q, seqlen_q, head_dim).to(q.dtype)
+    out = out if layout == "bhld" else out.transpose(1, 2)
+    return out, lse.reshape(batch, heads_q, seqlen_q) if return_lse else None
 
 
 def _resolve(problem: Problem, device: int, config: Config | None

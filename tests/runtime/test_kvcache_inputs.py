@@ -40,9 +40,6 @@ def test_bad_inputs_name_the_argument() -> None:
     case = KVCase.make(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16, lengths=(3, 4),
                        head_dim=16, dtype="fp16", page_size=8)
     x = make_kv_inputs(case, "cpu", 2)
-    with pytest.raises(InputError, match="CUDA"):
-        attention_with_kvcache(x.q, x.k_cache, x.v_cache, cache_seqlens=x.cache_seqlens,
-                               block_table=x.block_table)
     cases = {
         "cache_seqlens": dict(cache_seqlens=torch.tensor([3, 4])),  # int64
         "block_table": dict(block_table=x.block_table[:, :1].t().contiguous()),
@@ -168,3 +165,59 @@ def test_configure_makes_the_kernel_choice_again_and_lets_the_old_dispatcher_go(
         assert old() is None
     finally:
         attention_module.configure()
+
+
+@pytest.mark.parametrize("layout", ["blhd", "bhld"])
+@pytest.mark.parametrize("page_size", [0, 8])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("new", [0, 2])
+def test_the_cpu_computes_through_torch(layout: str, page_size: int, causal: bool,
+                                        new: int) -> None:
+    """CPU tensors (and fp32) are computed through torch with the kernels' contract (issue 40
+    item 4): the append, per-sequence lengths (an empty one: O = 0, LSE = -inf), paged caches,
+    bottom-right causal alignment, NaN-poisoned rows past the lengths never reaching the
+    output; against the fp32 reference the validator uses."""
+    import warnings
+
+    from autotune.measure.reference import reference_with_kvcache
+
+    case = KVCase.make(batch=3, heads_q=4, heads_kv=2, seqlen_q=3, capacity=32,
+                       lengths=(new, 20, 32), head_dim=16, dtype="bf16", page_size=page_size,
+                       layout=layout, new=new, causal=causal)
+    x = make_kv_inputs(case, "cpu", 3)
+    after = None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out, lse = attention_with_kvcache(
+            x.q, x.k_cache, x.v_cache, k_new=x.k_new, v_new=x.v_new,
+            cache_seqlens=x.cache_seqlens, block_table=x.block_table, causal=causal,
+            return_lse=True, layout=layout)
+    assert x.cache_seqlens is not None
+    after = x.cache_seqlens + new
+    want, want_lse = reference_with_kvcache(x.q, x.k_cache, x.v_cache, cache_seqlens=after,
+                                            block_table=x.block_table, causal=causal,
+                                            scale=16 ** -0.5, layout=layout)
+    got = out if layout == "bhld" else out.transpose(1, 2)
+    assert out.dtype == x.q.dtype and out.shape == x.q.shape
+    torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse, want_lse)
+    if new == 0:  # the empty sequence
+        assert torch.equal(got[0], torch.zeros_like(got[0]))
+        assert bool(torch.isneginf(lse[0]).all())
+
+
+def test_fp32_and_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune.runtime.kvcache as kvcache
+    from autotune.runtime.attention import Unsupported
+
+    monkeypatch.setattr(kvcache, "_warned", set())  # said once per reason and process
+
+    case = KVCase.make(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16,
+                       lengths=(3, 16), head_dim=16, dtype="fp16")
+    x = make_kv_inputs(case, "cpu", 4)
+    q, k, v = (t.float() for t in (x.q, x.k_cache, x.v_cache))
+    with pytest.warns(UserWarning, match="computed by torch"):
+        out = attention_with_kvcache(q, k, v, cache_seqlens=x.cache_seqlens)
+    assert out.dtype == torch.float32 and bool(torch.isfinite(out).all())
+    with pytest.raises(Unsupported, match="strict"):
+        attention_with_kvcache(q, k, v, cache_seqlens=x.cache_seqlens, strict=True)
