@@ -80,4 +80,8 @@ def refit(store: TuningStore, device: str, fitted_by: str, *,
     models.save(fit(data, device, trees=trees, depth=depth), fitted_by)
     return RefitOutcome(device, "fitted", len(data),
                         f"refitted the performance model of {device} over {len(data)} "
-                        f"timings of {len({t.problem for t in data})} problems")
+                        f"timings of {_count(len({t.problem for t in data}), 'problem')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
