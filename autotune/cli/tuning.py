@@ -430,6 +430,39 @@ def _record_json(r: BestRecord) -> dict[str, Any]:
             "cudnn_version": r.cudnn_version, "regime": r.regime}
 
 
+def reading_url(db: str | None) -> str | None:
+    """The database a read-only command reads: `db`, except on a fresh install (no --db, no
+    $CUTE_AUTOTUNE_DB, the default file not made yet), where it is a scratch copy of the
+    results shipped in db/ (what `attention()` imports on first use), said on stderr."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    from sqlalchemy.engine import make_url
+
+    from .._paths import shipped_results_files
+    from ..store.schema import DB_ENV, sqlite_path
+
+    if db is not None or os.environ.get(DB_ENV):
+        return db
+    default = default_url()
+    path = sqlite_path(make_url(default))
+    files = shipped_results_files()
+    if path is None or path.exists() or not files:
+        return db
+    folder = tempfile.mkdtemp(prefix="cute-autotune-shipped-")
+    atexit.register(shutil.rmtree, folder, True)
+    scratch = f"sqlite:///{folder}/shipped.db"
+    store = TuningStore(scratch)
+    for file in files:
+        store.import_results(read_json(file))
+    store.engine.dispose()
+    print(f"(no tuning database at {path} yet: answered from the results shipped in db/, "
+          "which attention() imports there on its first call on such a GPU)", file=sys.stderr)
+    return scratch
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     from ..model.space import SDPA_FAMILY, families, load_space
     from ..tune.tuning import best_config
@@ -442,11 +475,12 @@ def cmd_best(args: argparse.Namespace) -> int:
               f"nothing is tuned for {problem.describe()}; attention() runs torch SDPA there",
               file=sys.stderr)
         return 1
-    answer = best_config(problem, db=args.db, device=args.device, nearest=not args.exact)
+    db = reading_url(args.db)
+    answer = best_config(problem, db=db, device=args.device, nearest=not args.exact)
     if answer is None:
         print(f"no tuned config for {problem.describe()}"
               f"{'' if args.exact else ' nor for any problem of its dtype, head dim and mask'}"
-              f" in {args.db or default_url()}", file=sys.stderr)
+              f" in {describe(db or default_url())}", file=sys.stderr)
         return 1
     r = answer.record
     lines = []  # names and notes from the database, escaped when printed
@@ -474,7 +508,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     for line in lines:
         print(for_terminal(line))
     if args.json:
-        timed = TuningStore(args.db, create=False).timed_build_keys(r.device.name)
+        timed = TuningStore(db, create=False).timed_build_keys(r.device.name)
         Path(args.json).write_text(json.dumps({
             "match": answer.match, "distance": answer.distance, **_record_json(r),
             "timed_kernel": _timed_kernel(r, timed.get((r.device.name, r.problem)))}, indent=1))
@@ -482,7 +516,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    store = TuningStore(args.db, create=False)
+    store = TuningStore(reading_url(args.db), create=False)
     records = store.list_best(args.device)
     timed = store.timed_build_keys(args.device)
     print(render_table(["device", "problem", "family", "best config", "TFLOP/s", "vs SDPA",

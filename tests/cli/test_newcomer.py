@@ -49,3 +49,22 @@ def test_a_shape_set_that_does_not_parse_is_named(tmp_path: Path,
                  "--replay", str(REPO / "tests" / "data" / "sweep_sm80_h200.json")]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: not valid TOML" in err and "line" in err
+
+
+def test_a_fresh_install_answers_from_the_shipped_results(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No --db, no $CUTE_AUTOTUNE_DB and no default database yet: `best` and `list` answer from
+    the results shipped in db/ (and say so), creating nothing where the default would be; an
+    explicit --db that does not exist is still an error."""
+    monkeypatch.delenv("CUTE_AUTOTUNE_DB", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["best", *SHAPE, "--head-dim", "128", "--seqlen-q", "1000"]) == 0
+    out = capsys.readouterr()
+    assert "answered from the results shipped in db/" in out.err
+    assert "nearest tuned problem" in out.out and "NVIDIA H200" in out.out
+    assert main(["list"]) == 0
+    assert "NVIDIA H200" in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()
+    assert main(["list", "--db", str(tmp_path / "missing.db")]) == 2
+    assert "no tuning database at" in capsys.readouterr().err
