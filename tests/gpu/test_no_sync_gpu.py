@@ -14,17 +14,8 @@ import pytest
 import torch
 
 import autotune
-from autotune.runtime.attention import configure
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kernels_on_untuned_problems(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    configure(db=f"sqlite:///{tmp_path_factory.mktemp('db')}/empty.db", use_shipped=False,
-              untuned="kernel")
-    yield
-    configure()
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernels_on_untuned_problems")]
 
 
 @contextmanager

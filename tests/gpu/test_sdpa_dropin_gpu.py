@@ -6,17 +6,15 @@ the kernels' and not the no-regret choice of torch SDPA)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import autotune
-from autotune.runtime.attention import configure
 from autotune.runtime.sdpa_dropin import TORCH
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernels_on_untuned_problems")]
 
 CASES = [c for c in itertools.product(
     [(128, 128), (96, 160), (1, 512)],   # (Lq, Lk)
@@ -28,14 +26,6 @@ CASES = [c for c in itertools.product(
     [None, "bool"],                     # attn_mask
     [torch.float16, torch.bfloat16],
 ) if not (c[3] and c[6])]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kernels_on_untuned_problems(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    configure(db=f"sqlite:///{tmp_path_factory.mktemp('db')}/empty.db", use_shipped=False,
-              untuned="kernel")
-    yield
-    configure()
 
 
 @pytest.mark.parametrize("lengths, heads, dim, is_causal, scale, enable_gqa, mask, dtype",

@@ -6,24 +6,13 @@ left-padded batch (transformers' SDPA path) answers as "sdpa" does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 import autotune
-from autotune.runtime.attention import configure
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernels_on_untuned_problems")]
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kernels_on_untuned_problems(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    configure(db=f"sqlite:///{tmp_path_factory.mktemp('db')}/empty.db", use_shipped=False,
-              untuned="kernel")
-    yield
-    configure()
 
 
 @pytest.fixture(scope="module")
