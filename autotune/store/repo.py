@@ -369,7 +369,9 @@ class TuningStore:
 
     def trials(self, device: DeviceInfo | None = None, problem: Problem | None = None,
                study: str | None = None) -> list[dict[str, Any]]:
-        with self._transaction() as s:
+        # Without a problem, a plain read (no write lock, BEGIN IMMEDIATE, held meanwhile: a
+        # refit reads every measurement while other sessions write); `_problem` may make one.
+        with (self._reading() if problem is None else self._transaction()) as s:
             query = select(Measurement, ProblemRow, Device).join(ProblemRow).join(Device)
             if study is not None:
                 query = query.where(Measurement.study == study)
