@@ -29,7 +29,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,14 @@ class Timer:
         self.flush = (torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
                       if self.cuda else None)
 
-    def __call__(self, call: Callable[[], Any]) -> float:
+    def __call__(self, call: Callable[[], Any],
+                 before: Callable[[], Any] | None = None) -> float:
+        """`before` runs untimed (switching the model's attention implementation walks its
+        modules on the host, which a host-bound step would otherwise count)."""
         import torch
 
+        if before is not None:
+            before()
         if not self.cuda:
             start = time.perf_counter()
             call()
@@ -76,14 +81,14 @@ class Timer:
         return float(begin.elapsed_time(end))
 
 
-def alternate(calls: dict[str, Callable[[], Any]], timer: Timer, reps: int
-              ) -> dict[str, Any]:
-    """Median ms per implementation, alternating call by call, and the p20/p50/p80 of
-    sdpa's time over ours per round."""
+def alternate(calls: dict[str, Callable[[], Any]], timer: Timer, reps: int,
+              before: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, Any]:
+    """Median ms per implementation, alternating call by call (`before[name]` run untimed
+    ahead of each), and the p20/p50/p80 of sdpa's time over ours per round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(reps):
         for name, call in calls.items():
-            times[name].append(timer(call))
+            times[name].append(timer(call, (before or {}).get(name)))
     medians = {name: statistics.median(t) for name, t in times.items()}
     ratios = sorted(s / o for s, o in zip(times["sdpa"], times["ours"], strict=True))
 
@@ -104,9 +109,9 @@ def kernels_run(call: Callable[[], Any], device: str) -> dict[str, int] | None:
     with profile(activities=[ProfilerActivity.CUDA]) as trace:
         call()
         torch.cuda.synchronize()
-    ours = sum(1 for e in trace.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
-               and any(k in e.name for k in OURS_KERNELS))
+    cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
+    ours = len([e for e in trace.events()
+                if e.device_type == cuda and any(k in e.name for k in OURS_KERNELS)])
     return {"ours": ours}
 
 
@@ -122,7 +127,9 @@ def build_model(shape: dict[str, int], device: str, max_length: int) -> Any:
                          num_key_value_heads=shape["kv_heads"],
                          max_position_embeddings=max_length)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    return LlamaForCausalLM(config).to(device, dtype).eval()
+    with torch.device(device):  # initialised where it runs: billions of weights on a CPU are slow
+        model: Any = LlamaForCausalLM(config)
+    return model.to(dtype).eval()
 
 
 def available(names: list[str]) -> list[str]:
@@ -204,20 +211,23 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
         def make(impl: str) -> Callable[[], Any]:
             return lambda: model.generate(prompt, **settings)
 
-    calls = {}
+    calls, switch = {}, {}
     for impl in impls:
-        inner = make(impl)
+        name = "ours" if impl == args.ours else impl
+        switch[name] = lambda impl=impl: model.set_attn_implementation(impl)
+        calls[name] = make(impl)
 
-        def call(impl: str = impl, inner: Callable[[], Any] = inner) -> Any:
-            model.set_attn_implementation(impl)
-            return inner()
-        calls["ours" if impl == args.ours else impl] = call
+    def switched(name: str) -> Callable[[], Any]:
+        def call() -> Any:
+            switch[name]()
+            return calls[name]()
+        return call
     with torch.inference_mode():
-        for call in calls.values():  # compile, load and decide before anything is timed
-            call()
-            call()
-        outs = {name: call() for name, call in calls.items()}
-        result = alternate(calls, timer, args.reps)
+        for name in calls:  # compile, load and decide before anything is timed
+            switched(name)()
+            switched(name)()
+        outs = {name: switched(name)() for name in calls}
+        result = alternate(calls, timer, args.reps, before=switch)
         if phase == "generate":
             tokens = row["batch"] * row["new_tokens"]
             result["tokens_per_s"] = {name: tokens / (ms / 1e3)
@@ -227,6 +237,7 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
             got, want = outs["ours"].float(), outs["sdpa"].float()
             result["logits_rel_diff"] = float(torch.linalg.vector_norm(got - want)
                                               / torch.linalg.vector_norm(want))
+        switch["ours"]()
         result["kernels"] = kernels_run(calls["ours"], device)
     return {**row, **result}
 

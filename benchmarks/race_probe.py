@@ -34,7 +34,8 @@ def main() -> int:
             return KVCase.make(*sizes, head_dim=d, dtype=str(config["dtype"]),
                                causal=bool(config["causal"]), **kw)
 
-        cases = ((of_class(3, 16, 2, 2, 512, (5, 333, 0), page_size=16), 4),
+        cases: tuple[tuple[KVCase, int], ...] = (
+                 (of_class(3, 16, 2, 2, 512, (5, 333, 0), page_size=16), 4),
                  (of_class(2, 8, 2, 3, 700, (700, 1)), 8),
                  (of_class(3, 8, 1, 5, 600, (0, 600, 77)), 2))  # two splits exchange rows
         if not load_space(config.family).kv_caches:  # a family of full contiguous caches

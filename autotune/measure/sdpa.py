@@ -30,7 +30,7 @@ _ONLY = {"flash": (True, False, False, False, False),
          "cudnn": (False, False, False, True, False)}
 
 
-def _switches() -> tuple[bool, ...]:
+def sdpa_switches() -> tuple[bool, ...]:
     import torch
 
     return (torch._C._get_flash_sdp_enabled(), torch._C._get_mem_efficient_sdp_enabled(),
@@ -92,7 +92,7 @@ def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, An
     only = _ONLY[backend]
 
     def call(q: Any, k: Any, v: Any) -> Any:
-        before = _switches()
+        before = sdpa_switches()
         _set_switches(only)
         try:
             return sdpa(q, k, v, **kwargs)
@@ -100,6 +100,57 @@ def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, An
             _set_switches(before)
 
     return call
+
+
+def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                     scale: float | None, enable_gqa: bool
+                     ) -> tuple[Callable[[Any, Any, Any], Any], tuple[bool, ...] | None] | None:
+    """Causal attention aligned bottom-right (1 < Lq != Lk) through the aten op that torch's
+    lower-right causal bias picks for inputs like q, k, v ([B, H, L, D]) under `backend`:
+    FlashAttention's (whose causal is bottom-right), else the memory-efficient one with its
+    lower-right mask type. The bias picks it in Python dispatch code on every call, which
+    takes the host longer than a small call takes the GPU; resolved here once per geometry,
+    the call is the op alone, the same kernel on the same arguments. Returns the call and the
+    SDPA switches the choice depends on ("default": the global ones at resolve time, which a
+    call must find unchanged; None for one backend), or None where neither op takes the inputs
+    (torch then materialises the mask: left to the bias)."""
+    import torch
+    from torch.backends.cuda import (
+        SDPAParams,
+        can_use_efficient_attention,
+        can_use_flash_attention,
+    )
+    from torch.nn.attention.bias import CausalVariant
+
+    before = sdpa_switches()
+    if backend != "default":
+        _set_switches(_ONLY[backend])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a refusing backend explains itself at length
+            params = SDPAParams(q, k, v, None, 0.0, False, enable_gqa)
+            flash = q.shape[-1] % 8 == 0 and can_use_flash_attention(params)
+            efficient = not flash and can_use_efficient_attention(params)
+    finally:
+        _set_switches(before)
+    depends = before if backend == "default" else None
+    if flash:
+        flash_op = torch.ops.aten._scaled_dot_product_flash_attention.default
+        real_scale = scale if scale is not None else q.shape[-1] ** -0.5
+
+        def flash_call(q: Any, k: Any, v: Any) -> Any:
+            return flash_op(q, k, v, 0.0, True, False, scale=real_scale)[0]
+        return flash_call, depends
+    if efficient:
+        efficient_op = torch.ops.aten._efficient_attention_forward.default
+        lower_right = int(CausalVariant.LOWER_RIGHT.value)
+
+        def efficient_call(q: Any, k: Any, v: Any) -> Any:
+            return efficient_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None,
+                                None, None, None, None, 0.0, lower_right, False,
+                                scale=scale)[0].transpose(1, 2)
+        return efficient_call, depends
+    return None
 
 
 def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

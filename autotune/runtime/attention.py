@@ -36,6 +36,7 @@ from .._bounded import LruDict
 from .._shown import shown
 from ..launch.kernel import PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
+from ..measure.sdpa import sdpa_switches
 from ..model.buckets import representative
 from ..model.problem import Problem
 from ..model.space import families, load_space
@@ -89,8 +90,9 @@ class _SdpaRun:
     call, then kept)."""
 
     def __init__(self, backend: str, problem: Problem, causal: bool, scale: float | None,
-                 layout: str, device_index: int) -> None:
-        from ..measure.sdpa import backend_call, sdpa_kwargs
+                 layout: str, device_index: int,
+                 inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
+        from ..measure.sdpa import backend_call, lower_right_call, sdpa_kwargs
 
         self.backend, self.problem, self.causal = backend, problem, causal
         self.scale, self.layout, self.device_index = scale, layout, device_index
@@ -98,9 +100,19 @@ class _SdpaRun:
         self._lock = threading.Lock()
         # Made once: a decode-sized call runs for microseconds, so the host work per call is
         # kept to the views and torch's own call.
-        self._call = backend_call(backend, sdpa_kwargs(
+        self._call = self._general = backend_call(backend, sdpa_kwargs(
             problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
             causal=causal, scale=scale))
+        # Causal with 1 < Lq != Lk: the op torch's lower-right bias would pick, called without
+        # the bias's per-call Python dispatch, while the SDPA switches it was picked under hold.
+        self._switches_needed: tuple[bool, ...] | None = None
+        lq, lk = problem.seqlen_q, problem.seqlen_k
+        if causal and 1 < lq != lk and inputs is not None:
+            q, k, v = (logical_bhld(t, layout) for t in inputs)
+            direct = lower_right_call(backend, q, k, v, scale=scale,
+                                      enable_gqa=problem.heads_q != problem.heads_kv)
+            if direct is not None:
+                self._call, self._switches_needed = direct
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  return_lse: bool) -> Any:
@@ -110,9 +122,12 @@ class _SdpaRun:
                     if self._with_lse is None:
                         self._with_lse = self._resolve_lse(q, k, v)
             return self._with_lse(q, k, v)
+        call = self._call
+        if self._switches_needed is not None and sdpa_switches() != self._switches_needed:
+            call = self._general  # the caller changed torch's SDPA switches: torch decides
         if self.layout == "bhld":
-            return self._call(q, k, v)
-        return self._call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+            return call(q, k, v)
+        return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
 
     def _resolve_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         from ..measure.sdpa import lse_call
@@ -355,7 +370,7 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         backend = decision.sdpa_backend
         if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
             backend = "default"  # a stored backend this torch refuses: torch's own choice
-        run = _SdpaRun(backend, problem, causal, scale, layout, device_index)
+        run = _SdpaRun(backend, problem, causal, scale, layout, device_index, (q, k, v))
         return _Prepared(None, run, _miss(decision, device_index)), ""
     if decision.kernel is None:
         return None, decision.reason
