@@ -402,7 +402,7 @@ def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.
 
 
 def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-           scale: float | None, return_lse: bool, layout: str, strict: bool,
+           scale: float | None, return_lse: bool, layout: str, strict: bool | None,
            unsupported: Callable[[str], Any] | None = None) -> Any:
     """`attention` without the compile check; `unsupported(reason)`, when given, answers the
     inputs no kernel can run in place of the warned torch SDPA fallback (the SDPA drop-in
@@ -440,7 +440,7 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     if unsupported is not None:
         return unsupported(reason)
     return _fallback(q, k, v, causal=causal, scale=scale, layout=layout,
-                     return_lse=return_lse, reason=reason, strict=strict)
+                     return_lse=return_lse, reason=reason, strict=_strict(strict))
 
 
 def _count_fallback(key: tuple[Any, ...], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -468,15 +468,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """
     import torch
 
-    strict_mode = _strict(strict)
     if torch.compiler.is_compiling():
+        strict_mode = _strict(strict)
         check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
         scale = None if scale is None else float(scale)
         out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
                                                      strict_mode)
         return (out, lse) if return_lse else out
+    # strict mode matters only where the call falls back: read there ($CUTE_AUTOTUNE_STRICT
+    # costs the host an environment lookup per call otherwise)
     return _eager(q, k, v, causal=causal, scale=scale, return_lse=return_lse, layout=layout,
-                  strict=strict_mode)
+                  strict=strict)
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -9,8 +9,9 @@ The attention function calls `autotune.attention` itself (no SDPA in between) wh
 attention is what the kernels compute: plain causal attention aligned bottom-right (a prefill,
 a decode step or a speculative verify step against transformers' growing cache) or full
 attention, with the module's scaling. Queries arrive as [B, H, L, D] views of [B, L, H, D]
-memory and the output is wanted as [B, L, H, D]: the call is made in that layout on views, so
-the kernel writes the output where transformers wants it, with no transposing copy.
+memory and the output is wanted as [B, L, H, D]: the call is made on those views, and a
+kernel's output is allocated in q's memory order, so the kernel writes it where transformers
+wants it, with no transposing copy.
 
 The mask function answers without materialising a mask, and without reading a device value,
 where the attention is plain: no padding mask, no sliding window or other pattern, and a cache
@@ -124,13 +125,17 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     causal, reason = _route(module, query, key, attention_mask, kwargs)
     if causal is None:
         return _transformers_sdpa(module, query, key, value, attention_mask, reason, kwargs)
+    # transformers' [B, H, L, D] views as they are: a kernel's output takes q's memory order
+    # ([B, L, H, D], the projections'), torch SDPA's takes its own, and the [B, L, H, D] view
+    # of either is what transformers returns; no transposes there and back on the host.
+    out = _attention()(query, key, value, causal=causal, scale=kwargs.get("scaling"))
+    return out.transpose(1, 2), None
+
+
+def _attention() -> Any:
     from .attention import attention
 
-    # [B, L, H, D] views of the memory transformers made (its projections are laid out so):
-    # the output comes back in that layout, which is the one transformers returns.
-    out = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                    causal=causal, scale=kwargs.get("scaling"), layout="blhd")
-    return out, None
+    return attention
 
 
 def _transformers_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,

@@ -59,3 +59,28 @@ def test_a_left_padded_batch_answers_as_sdpa(model: object) -> None:
     got = _logits(model, name, ids, attention_mask=mask)
     keep = mask.bool()
     assert torch.allclose(got[keep], want[keep], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("lq, lk", [(777, 777), (1, 300), (5, 300)])
+def test_kernel_output_lands_in_the_projections_memory_order(lq: int, lk: int) -> None:
+    """Called on transformers' [B, H, L, D] views of [B, L, H, D] memory, a kernel writes its
+    output in that memory order: the [B, L, H, D] view returned is contiguous (no copy
+    later) and matches the fp32 reference."""
+    from autotune.measure.reference import reference_attention
+    from autotune.runtime.transformers_attention import attention_forward, bottom_right_marker
+
+    class Layer(torch.nn.Module):
+        is_causal = True
+        num_key_value_groups = 4
+
+    query = torch.randn(2, lq, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    key, value = (torch.randn(2, 2, lk, 128, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(2))
+    mask = bottom_right_marker(query.device) if 1 < lq != lk else None
+    assert autotune.explain(query, key, value, causal=lq > 1).kernel is not None
+    out, _ = attention_forward(Layer(), query, key, value, mask, scaling=128 ** -0.5)
+    assert out.shape == (2, lq, 8, 128) and out.is_contiguous()
+    ref, _ = reference_attention(query, key, value, causal=lq > 1, scale=128 ** -0.5,
+                                 layout="bhld")
+    got = out.transpose(1, 2).float()
+    assert float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)) < 1e-2

@@ -1,8 +1,8 @@
 """The native transformers attention (issue 39, item 1): small Llama, Qwen2 and Mistral models
 built from configs (no download), run on the CPU with "sdpa" and with the registered name.
 Plain causal attention (a prefill, decode steps and a speculative verify step against the
-growing cache) calls `autotune.attention` itself, in the [B, L, H, D] layout, with no mask
-made; a padded batch, a sliding window shorter than the keys and dropout in training go to
+growing cache) calls `autotune.attention` itself, on transformers' [B, H, L, D] views, with
+no mask made; a padded batch, a sliding window shorter than the keys and dropout in training go to
 transformers' SDPA path; every output equals "sdpa"'s, and greedy tokens too."""
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     real = attention_module.attention
 
     def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> Any:
-        seen.append({"lq": q.shape[1], "lk": k.shape[1], **kwargs})
+        dim = 1 if kwargs.get("layout") == "blhd" else 2
+        seen.append({"lq": q.shape[dim], "lk": k.shape[dim], "layout": "bhld", **kwargs})
         return real(q, k, v, **kwargs)
 
     monkeypatch.setattr(attention_module, "attention", spy)
@@ -85,8 +86,8 @@ def test_plain_causal_steps_call_attention_and_match_sdpa(kind: str,
         torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
     layers = model.config.num_hidden_layers
     assert [(c["lq"], c["lk"], c["causal"], c["layout"]) for c in calls] == (
-        [(16, 16, True, "blhd")] * layers + [(1, 17, False, "blhd")] * layers
-        + [(4, 21, True, "blhd")] * layers)  # one query: no mask, nothing to align
+        [(16, 16, True, "bhld")] * layers + [(1, 17, False, "bhld")] * layers
+        + [(4, 21, True, "bhld")] * layers)  # one query: no mask, nothing to align
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     assert all(c["scale"] == pytest.approx(head_dim ** -0.5) for c in calls)
 
