@@ -213,6 +213,24 @@ def shipped_results() -> list[dict[str, Any]]:
     return found
 
 
+def _shipped_sibling(device: DeviceInfo) -> DeviceInfo | None:
+    """A GPU model of the shipped results with `device`'s compute capability and SM count
+    (another name), or None."""
+    for document in shipped_results():
+        for entry in document.get("results", []):
+            other = entry.get("device", {})
+            if (other.get("compute_capability") == device.compute_capability
+                    and other.get("sm_count") == device.sm_count
+                    and other.get("name") != device.name):
+                try:
+                    return DeviceInfo(str(other["name"]), device.compute_capability,
+                                      device.sm_count, str(other.get("driver_version", "")),
+                                      str(other.get("cuda_version", "")))
+                except KeyError:
+                    continue
+    return None
+
+
 class Dispatcher:
     def __init__(self, db: str | None = None, *, compile_on_miss: bool = True,
                  use_shipped: bool = True, untuned: str = "measured") -> None:
@@ -229,6 +247,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
         self._seeded: set[str] = set()
+        self._results_of: dict[str, DeviceInfo] = {}  # GPU name -> whose results it reads
         self._warned_db = False
         self.db_queries = 0  # for tests: a repeated call must not touch the database
 
@@ -488,15 +507,37 @@ class Dispatcher:
                         decided=record.decision)
 
     def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
-        return device_info(device_index), target_for_device(device_index)
+        """The GPU model whose results the lookups read (`results_device`) and the target of
+        the GPU itself (what a config must fit)."""
+        return self.results_device(device_info(device_index)), target_for_device(device_index)
+
+    def results_device(self, device: DeviceInfo) -> DeviceInfo:
+        """The GPU model whose tuning results dispatch reads for `device`: its own; where
+        neither the database nor the shipped results hold any for it (and shipped results
+        are used), the shipped GPU model of the same compute capability and SM count, whose
+        SMs, clocks and shared memory are the same, so that its configs and rankings carry
+        over (an H100 SXM reads the H200's); decisions then name it. Found once per GPU
+        model."""
+        found = self._results_of.get(device.name)
+        if found is None:
+            found = device
+            if self.use_shipped and not self._read_tuned_problems(device):
+                found = _shipped_sibling(device) or device
+            self._results_of[device.name] = found
+        return found
 
     def _decide(self, problem: Problem, device_index: int) -> Decision:
         device, target = self._identify(device_index)
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
         options, problems = self._candidates(problem, device, target)
-        return self._first(options, problems, target,
-                           lambda c: self._load(c, target, device_index, problems))
+        decision = self._first(options, problems, target,
+                               lambda c: self._load(c, target, device_index, problems))
+        read = self._results_of.get(target.name)  # target.name: the GPU's own name
+        if read is not None and read.name != target.name:
+            decision = replace(decision, reason=f"{decision.reason} (from the results of the "
+                               f"{read.model}: same compute capability and SM count)")
+        return decision
 
     @staticmethod
     def _first(options: list[Decision], problems: list[str], target: Target,
