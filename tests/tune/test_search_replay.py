@@ -197,11 +197,19 @@ def trials_to_reach(backend: ReplayBackend, problem: Problem, settings: SearchSe
     reached: list[int] = []
 
     def watch(progress: Any) -> None:
-        if not reached and progress.best_us is not None and progress.best_us <= target:
+        if progress.best_us is not None and progress.best_us <= target:
             reached.append(progress.evaluated)
+            raise _Reached  # the count is known: the rest of the budget would not change it
 
-    tune_problem(problem, backend, store, settings, on_progress=watch)
+    try:
+        tune_problem(problem, backend, store, settings, on_progress=watch)
+    except _Reached:
+        pass
     return reached[0] if reached else None
+
+
+class _Reached(Exception):
+    """Raised from the progress callback once the target is reached."""
 
 
 def quarter(backend: ReplayBackend, problem: Problem) -> int:
