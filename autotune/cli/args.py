@@ -30,6 +30,38 @@ nonnegative_int = _number(int, 0, True, "an integer >= 0")
 positive_float = _number(float, 0.0, False, "a number > 0")
 
 
+def database_argument(text: str) -> str:
+    """`--db` as given (a URL or the path of a SQLite file), unless it is a SQLite file whose
+    folder does not exist: nothing is created silently where a path was mistyped."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from ..store.schema import database_url, sqlite_path
+
+    try:
+        path = sqlite_path(make_url(database_url(text)))
+    except ArgumentError:
+        return text  # not a URL: the store says so when it opens it
+    if path is not None and not path.parent.is_dir():
+        folder = Path(path.parent)
+        raise argparse.ArgumentTypeError(
+            f"the folder {folder} of the database file {path.name} does not exist (nothing is "
+            f"created there): make it first, or name a file in an existing folder")
+    return text
+
+
+database_argument.__name__ = "a database URL or SQLite file"
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    """`--db` in one form on every command that reads or writes the tuning database."""
+    p.add_argument("--db", type=database_argument,
+                   help="the tuning database: a SQLAlchemy URL or the path of a SQLite file "
+                   "(default: $CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
+
+
 MASKS = ("false", "true", "both")
 
 

@@ -34,7 +34,14 @@ from . import kernels as cli_kernels
 from . import model as cli_model
 from . import tuning as cli_tuning
 from . import workers as cli_workers
-from .args import HelpFormatter, add_causal, nonnegative_int, positive_float, positive_int
+from .args import (
+    HelpFormatter,
+    add_causal,
+    add_database,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 from .build_table import build_table
 from .progress import progress
 from .table import render_table
@@ -375,8 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_causal(p, default="false", both=False, help="a causal mask")
     p.add_argument("--trials", type=positive_int, default=6,
                    help="tuning trials per kernel family")
-    p.add_argument("--db", help="SQLAlchemy URL of the tuning database (default: "
-                   "$CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
+    add_database(p)
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
     cli_workers.register(sub)

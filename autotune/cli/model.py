@@ -17,8 +17,8 @@ from ..model.perf_model import PerfModel
 from ..model.space import load_space
 from ..store.perf_models import PerfModels
 from ..store.repo import TuningStore
-from ..store.schema import default_url, describe
-from .args import HelpFormatter, positive_int
+from ..store.schema import describe
+from .args import HelpFormatter, add_database, positive_int
 from .table import render_table
 
 
@@ -132,8 +132,7 @@ def register(sub: Any) -> None:
         "fit", formatter_class=HelpFormatter,
         help="fit the model over the measurements of one GPU model (scikit-learn), report its "
         "error on problems left out of the fit, write it as JSON")
-    p.add_argument("--db", help=f"SQLAlchemy URL of the tuning database (default: "
-                   f"$CUTE_AUTOTUNE_DB, else {default_url()})")
+    add_database(p)
     p.add_argument("--recording", action="append",
                    help="a recording of benchmarks/sweep.py (every config of a family timed on "
                    "a few problems) to fit on too (repeatable; without --db, these alone)")
@@ -151,8 +150,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_fit)
     p = actions.add_parser("list", formatter_class=HelpFormatter,
                            help="the models a database holds and the ones shipped in db/")
-    p.add_argument("--db", help=f"SQLAlchemy URL of the tuning database (default: "
-                   f"$CUTE_AUTOTUNE_DB, else {default_url()})")
+    add_database(p)
     p.set_defaults(func=cmd_list)
     p = actions.add_parser("predict", formatter_class=HelpFormatter,
                            help="a config's predicted time on a problem, with its p20-p80 range")

@@ -25,7 +25,7 @@ from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from ..store.schema import StoreError, default_url, describe, make_engine, upgrade
 from ..tune.search import FamilyOutcome, Progress, SearchSettings, TuneOutcome
-from .args import add_causal, nonnegative_int, positive_float, positive_int
+from .args import add_causal, add_database, nonnegative_int, positive_float, positive_int
 from .table import output_width, render_table
 
 
@@ -559,7 +559,7 @@ def _miss_row(r: MissRecord) -> list[Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    data = TuningStore(args.db, create=False).export(args.device)
+    data = TuningStore(reading_url(args.db), create=False).export(args.device)
     text = json.dumps(data, indent=1)
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -640,7 +640,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         summarize,
     )
 
-    store = TuningStore(args.db, create=False)
+    store = TuningStore(reading_url(args.db), create=False)
     rows = regret_report(store, report_dispatcher(store), args.device)
     if not rows:
         print(f"no stored best configs in {describe(store.url)}"
@@ -897,11 +897,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_recheck)
 
     for name in ("report", "recheck"):
-        sub.choices[name].add_argument(
-            "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
-            "else a SQLite file in the cache directory)")
+        add_database(sub.choices[name])
 
     for name in ("tune", "best", "list", "misses", "export", "import", "db", "bench"):
-        sub.choices[name].add_argument(
-            "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
-            "else a SQLite file in the cache directory)")
+        add_database(sub.choices[name])

@@ -21,7 +21,7 @@ from ..store.queue import QueuedItem, WorkQueue
 from ..store.repo import TuningStore
 from ..store.schema import default_url, describe
 from ..tune.settings import SearchSettings
-from .args import positive_float
+from .args import add_database, positive_float
 from .table import render_table
 
 
@@ -138,6 +138,4 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_queue)
 
     for name in ("worker", "queue"):
-        sub.choices[name].add_argument(
-            "--db", help="SQLAlchemy URL of the tuning database (default: $CUTE_AUTOTUNE_DB, "
-            "else a SQLite file in the cache directory)")
+        add_database(sub.choices[name])

@@ -1,9 +1,12 @@
 """A newcomer's first commands (issue 40 item 4): `python -m autotune` runs the command line, a
 plain path names a SQLite database, a folder given as the database is named as such (nothing
-made there), and `best` of a head dim no kernel family holds says so."""
+made there), so is a file in a folder that does not exist, `best` of a head dim no kernel
+family holds says so, and on a fresh install the reading commands answer from the shipped
+results."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +68,28 @@ def test_a_fresh_install_answers_from_the_shipped_results(
     assert "nearest tuned problem" in out.out and "NVIDIA H200" in out.out
     assert main(["list"]) == 0
     assert "NVIDIA H200" in capsys.readouterr().out
+    assert main(["report"]) == 0
+    out = capsys.readouterr()
+    assert "answered from the results shipped in db/" in out.err
+    assert "NVIDIA H200 (sm_90, 132 SMs): what dispatch runs" in out.out
+    exported = tmp_path / "shipped.json"
+    assert main(["export", "--output", str(exported)]) == 0
+    assert len(json.loads(exported.read_text())["results"]) == len(
+        json.loads((REPO / "db" / "h200.json").read_text())["results"])
     assert not (tmp_path / "cache").exists()
     assert main(["list", "--db", str(tmp_path / "missing.db")]) == 2
     assert "no tuning database at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["list"], ["tune", "--batch", "1"], ["worker"],
+                                     ["model", "list"]])
+def test_a_file_in_a_missing_folder_is_refused(tmp_path: Path, command: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no" / "such" / "tuning.db"
+    for given in (str(missing), f"sqlite:///{missing}"):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--db", given])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"the folder {missing.parent} of the database file tuning.db does not exist" in err
+    assert list(tmp_path.iterdir()) == []
