@@ -1,8 +1,9 @@
-"""Run every `cute-autotune` command of the README as written, in a checkout, and report what
-each printed: the evidence that the README's commands work on a machine without a GPU (those
-that need one say so and exit 2). Commands in the replay-example blocks are run in order with
-their block's setup by tests/test_readme_replay.py, which compares their whole output; here
-they run too, without the setup, so that their exit status on a fresh clone is on record.
+"""Run every `cute-autotune` command of the README and docs/ as written, in a checkout, and
+report what each printed: the evidence that the documented commands work on a machine without
+a GPU (those that need one say so and exit 2). Commands in the replay-example blocks are run
+in order with their block's setup by tests/test_readme_replay.py, which compares their whole
+output; here they run too, without the setup, so that their exit status on a fresh clone is on
+record.
 
     python benchmarks/readme_commands.py --out benchmarks/results/readme_commands_cpu.txt
 """
@@ -57,6 +58,12 @@ def verdict(rc: int, output: str) -> str:
                 "FAILED")
 
 
+def _pages() -> str:
+    """README.md and the docs/ pages, one text."""
+    return "\n".join(p.read_text() for p in [REPO / "README.md",
+                                             *sorted((REPO / "docs").glob("**/*.md"))])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -68,7 +75,7 @@ def main() -> int:
     lines = [f"# {' '.join([Path(sys.executable).name, *sys.argv])} in {REPO.name} "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"]
     failures = 0
-    for command in readme_commands((REPO / "README.md").read_text()):
+    for command in readme_commands(_pages()):
         start = time.monotonic()
         # its own process group: a command stopped at the time limit takes its children along
         proc = subprocess.Popen(command.replace("/tmp/", f"{scratch}/"), shell=True, cwd=REPO,
@@ -88,7 +95,7 @@ def main() -> int:
         shown = output.splitlines()
         lines += shown if len(shown) <= 12 else [*shown[:6], "...", *shown[-5:]]
     Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"{len(readme_commands((REPO / 'README.md').read_text()))} commands, "
+    print(f"{len(readme_commands(_pages()))} commands, "
           f"{failures} failed other than for want of a GPU; {args.out}")
     return 1 if failures else 0
 

@@ -1,8 +1,9 @@
-"""The README's replayed examples are what the commands print: every ```text block after a
-replay-example comment is run here, command by command (on the replay backend, no GPU), and its
-output compared with the README's, line for line. A change of output, table layout or
-recording that the README does not follow fails here. `<!-- replay-example: NAME -->` first
-puts SETUPS[NAME] into the default database (the state an earlier GPU step would leave)."""
+"""The documentation's replayed examples are what the commands print: every ```text block after
+a replay-example comment in README.md or docs/ is run here, command by command (on the replay
+backend, no GPU), and its output compared with the page's, line for line. A change of output,
+table layout or recording that the documentation does not follow fails here.
+`<!-- replay-example: NAME -->` first puts SETUPS[NAME] into the default database (the state an
+earlier GPU step would leave)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def examples() -> list[tuple[str, list[tuple[str, str]]]]:
     """Each marked block: its setup's name ("" for none) and its (command, expected output)
     pairs, in order."""
     blocks = []
-    for setup, text in BLOCK.findall((REPO / "README.md").read_text()):
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+    for setup, text in (found for page in pages for found in BLOCK.findall(page.read_text())):
         pairs: list[tuple[str, list[str]]] = []
         continuing = False
         for line in text.splitlines():

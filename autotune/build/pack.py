@@ -49,7 +49,7 @@ FORMAT_VERSION = 1
 ENV = "CUTE_AUTOTUNE_KERNELS"
 CUBINS = "cubins"
 LAUNCHERS = "launcher"
-HOW_TO = "`cute-autotune kernels pack`, README: Deploy without the CUDA toolkit"
+HOW_TO = "`cute-autotune kernels pack`, docs/deploy.md"
 
 log = logging.getLogger(__name__)
 

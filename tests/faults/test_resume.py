@@ -115,7 +115,7 @@ def test_skip_tuned_completes_the_interrupted_budget(url: str) -> None:
                "--skip-tuned", "--quiet", "--db", url])
     assert rc == 0
     assert evaluated(url) == TRIALS
-    # a plain `tune` again adds --trials new ones, as the README says
+    # a plain `tune` again adds --trials new ones, as docs/tuning.md says
     assert main(["tune", "--replay", str(RECORDING), "--batch", "4", "--heads-q", "16",
                  "--seqlen-q", "2048", "--head-dim", "128", "--trials", "3", "--quiet",
                  "--db", url]) == 0
