@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._bounded import LruDict
 from ..launch.tensors import logical_bhld
 
 if TYPE_CHECKING:
@@ -28,6 +29,10 @@ _SWITCHES = ("flash", "mem_efficient", "math", "cudnn", "overrideable")
 _ONLY = {"flash": (True, False, False, False, False),
          "efficient": (False, True, False, False, False),
          "cudnn": (False, False, False, True, False)}
+
+
+# lower_right_call's choice per kind of input (bounded: least recently used go first)
+_RESOLVED: LruDict[tuple[Any, ...], str] = LruDict(1024)
 
 
 def sdpa_switches() -> tuple[bool, ...]:
@@ -123,16 +128,26 @@ def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     from torch.nn.attention.bias import CausalVariant
 
     before = sdpa_switches()
-    if backend != "default":
-        _set_switches(_ONLY[backend])
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a refusing backend explains itself at length
-            params = SDPAParams(q, k, v, None, 0.0, False, enable_gqa)
-            flash = q.shape[-1] % 8 == 0 and can_use_flash_attention(params)
-            efficient = not flash and can_use_efficient_attention(params)
-    finally:
-        _set_switches(before)
+    # What the checks read, and no length (a cache growing by a token per step asks again at
+    # every step): dtypes, device, batch, heads, head dim, each stride's 8-element alignment
+    # and the contiguous last dimension.
+    key = (backend, before, q.dtype, q.device, q.shape[0], q.shape[1], q.shape[3], k.shape[1],
+           enable_gqa, q.requires_grad or k.requires_grad or v.requires_grad,
+           *(tuple(x % 8 == 0 or x == 1 for x in t.stride()) for t in (q, k, v)))
+    chosen = _RESOLVED.get(key)
+    if chosen is None:
+        if backend != "default":
+            _set_switches(_ONLY[backend])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a refusing backend explains itself at length
+                params = SDPAParams(q, k, v, None, 0.0, False, enable_gqa)
+                flash = q.shape[-1] % 8 == 0 and can_use_flash_attention(params)
+                efficient = not flash and can_use_efficient_attention(params)
+        finally:
+            _set_switches(before)
+        chosen = _RESOLVED[key] = ("flash" if flash else "efficient" if efficient else "none")
+    flash, efficient = chosen == "flash", chosen == "efficient"
     depends = before if backend == "default" else None
     if flash:
         flash_op = torch.ops.aten._scaled_dot_product_flash_attention.default

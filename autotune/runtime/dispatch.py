@@ -248,6 +248,9 @@ class Dispatcher:
         self._store: TuningStore | None = None
         self._seeded: set[str] = set()
         self._results_of: dict[str, DeviceInfo] = {}  # GPU name -> whose results it reads
+        # device index -> (its GPU model, its target): a process's GPUs do not change, and a
+        # cache growing by a token per step asks for them at every new length
+        self._identities: dict[int, tuple[DeviceInfo, Target]] = {}
         self._warned_db = False
         self.db_queries = 0  # for tests: a repeated call must not touch the database
 
@@ -509,7 +512,11 @@ class Dispatcher:
     def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
         """The GPU model whose results the lookups read (`results_device`) and the target of
         the GPU itself (what a config must fit)."""
-        return self.results_device(device_info(device_index)), target_for_device(device_index)
+        identity = self._identities.get(device_index)
+        if identity is None:
+            identity = (device_info(device_index), target_for_device(device_index))
+            self._identities[device_index] = identity
+        return self.results_device(identity[0]), identity[1]
 
     def results_device(self, device: DeviceInfo) -> DeviceInfo:
         """The GPU model whose tuning results dispatch reads for `device`: its own; where

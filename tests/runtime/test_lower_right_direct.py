@@ -84,3 +84,30 @@ def test_other_calls_never_resolve_a_direct_op(monkeypatch: pytest.MonkeyPatch, 
     run = _SdpaRun("default", problem, causal, None, "bhld", 0, (q, k, v))
     expected = sdpa_module.sdpa_call("default", q, k, v, causal=causal)()
     torch.testing.assert_close(run(q, k, v, False), expected, rtol=0, atol=0)
+
+
+def test_a_growing_cache_resolves_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice reads no length: a cache one key longer asks torch's checks nothing again,
+    another head count or dtype does."""
+    import torch.backends.cuda as cuda_backends
+
+    asked: list[int] = []
+
+    def counting(params: Any, debug: bool = False) -> bool:
+        asked.append(1)
+        return False
+
+    monkeypatch.setattr(cuda_backends, "can_use_flash_attention", counting)
+    monkeypatch.setattr(cuda_backends, "can_use_efficient_attention", counting)
+    sdpa_module._RESOLVED.clear()
+    q = torch.randn(2, 8, 4, 64)
+    for length in (100, 101, 102, 640):
+        k = torch.randn(2, 2, length, 64)
+        assert sdpa_module.lower_right_call("default", q, k, k, scale=None,
+                                            enable_gqa=True) is None
+    assert len(asked) == 2  # flash, then efficient, once
+    sdpa_module.lower_right_call("default", q, torch.randn(2, 4, 100, 64),
+                                 torch.randn(2, 4, 100, 64), scale=None, enable_gqa=True)
+    sdpa_module.lower_right_call("default", q.half(), k.half(), k.half(), scale=None,
+                                 enable_gqa=True)
+    assert len(asked) == 6

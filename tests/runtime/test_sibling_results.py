@@ -89,3 +89,17 @@ def test_without_shipped_results_no_sibling_is_read(
     d = _dispatcher(tmp_path, monkeypatch, H100_SXM, use_shipped=False)
     assert d.decide(P, 0).path == "heuristic"
     assert d.results_device(H100_SXM) == H100_SXM
+
+
+def test_the_gpu_is_identified_once_per_dispatcher(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config) -> None:
+    """A cache growing by a token per step decides at every new length class and plans at every
+    new length: the GPU's identity and target are read once, not at each."""
+    d = _dispatcher(tmp_path, monkeypatch, H100_SXM)
+    asked: list[int] = []
+    real = dispatch_module.device_info
+    monkeypatch.setattr(dispatch_module, "device_info", lambda index: asked.append(index)
+                        or real(index))
+    for length in range(2048, 2048 + 40 * 300, 300):
+        d.decide(Problem(4, 16, 16, 1, length, 128, "fp16", False), 0)
+    assert asked == [0]
