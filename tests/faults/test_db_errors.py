@@ -111,9 +111,16 @@ def test_a_wal_database_in_a_read_only_folder_is_one_line(
                                                             "--head-dim", "128"]])
 def test_read_only_commands_create_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            command: list[str]) -> None:
-    typo = tmp_path / "tunnig" / "tuning.db"
-    err = one_line_error(capsys, main([*command, "--db", f"sqlite:///{typo}"]))
-    assert "no tuning database" in err and str(typo) in err
+    missing = tmp_path / "tuning.db"  # a file not made yet, in a folder that exists
+    err = one_line_error(capsys, main([*command, "--db", f"sqlite:///{missing}"]))
+    assert "no tuning database" in err and str(missing) in err
+    assert not missing.exists()
+    typo = tmp_path / "tunnig" / "tuning.db"  # a mistyped folder: refused as argparse reads it
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--db", f"sqlite:///{typo}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert f"the folder {typo.parent} of the database file tuning.db does not exist" in err
     assert not typo.parent.exists()
 
 
