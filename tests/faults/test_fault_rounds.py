@@ -137,6 +137,21 @@ def _terminate_backends(url: str) -> int:
             "where datname = current_database() and pid <> pg_backend_pid()")).scalar_one())
 
 
+def _terminate_while_working(url: str, workers: list[subprocess.Popen[bytes]]) -> int:
+    """Terminates the workers' connections once at least one is open. A worker holds none
+    for a moment after a previous round ended its connections (it reconnects on its next
+    query) and none once it has ended, so a round that finds nothing to end tries again until
+    something is connected or every worker has ended."""
+    deadline = time.monotonic() + 60
+    while True:
+        ended_now = _terminate_backends(url)
+        if ended_now or time.monotonic() > deadline:
+            return ended_now
+        if all(w.poll() is not None for w in workers):
+            return 0
+        time.sleep(0.02)
+
+
 def _until_measuring(url: str) -> None:
     """Returns once the workers have stored a first measurement: faults land mid-work, not
     while they are still starting."""
@@ -170,7 +185,7 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
         if other_worker is None:  # started against a queue already being drained
             other_worker = fleet.start(other)
         if fault == "drop":
-            ended_now = _terminate_backends(url)
+            ended_now = _terminate_while_working(url, [w for w, _ in fleet.started])
             drops += ended_now > 0
             terminated += ended_now
             continue
@@ -213,7 +228,9 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
         # (tune.owned_trials)
         "running_trials_without_an_owner": running_trials["not"]})
 
-    assert kills == kill_rounds and drops == drop_rounds
+    assert kills == kill_rounds and drops == drop_rounds, (
+        f"{kills} of {kill_rounds} kills and {drops} of {drop_rounds} connection drops "
+        "landed: the workers ended before every fault round")
     assert [i.state for i in items] == ["done"] * len(items) and len(items) == 9
     assert lost == 0 and duplicated == 0 and not set(measured) - set(reference_measured)
     assert {k: v[0] for k, v in measured.items()} == {
