@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ..model.config import Config, Value
 from ..model.perf_model import Prediction
@@ -32,6 +32,7 @@ from ..store.records import DeviceInfo, TrialResult
 from ..store.repo import TuningStore
 from ..store.schema import lost_connection
 from .backends import Backend
+from .counts import Counted, SearchCounts
 from .settings import SearchSettings
 from .strategies import Strategy, sampler_for, strategy_for
 from .study import Outcome, Proposal, Study
@@ -58,18 +59,13 @@ class InfrastructureError(RuntimeError):
 
 
 @dataclass
-class Progress:
+class Progress(Counted):
     """Counters of the search of one family, handed to the progress callback after every
     trial."""
 
     problem: Problem
     family: str
-    evaluated: int = 0
-    failed: int = 0
-    pruned: int = 0
-    reused: int = 0
-    repeated: int = 0  # proposals of a config already measured: told its value, not run
-    swept: int = 0  # of `evaluated`: launch values timed on a build already made (no compile)
+    counts: SearchCounts = field(default_factory=SearchCounts)
     best_us: float | None = None
     sdpa_default_us: float | None = None
     last: TrialResult | None = None
@@ -88,20 +84,13 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class FamilySearch:
+class FamilySearch(Counted):
     """What the search of one family left for the final re-timing, and its counters."""
 
     family: str
     study: str
     top: list[Config]  # the fastest distinct configs of the study, fastest first
-    evaluated: int
-    failed: int
-    pruned: int
-    reused: int
-    total_trials: int
-    repeated: int = 0
-    optuna_trials: int = 0  # Optuna's count: total_trials + pruned + repeated + interrupted
-    swept: int = 0  # of `evaluated`: launch values timed on builds already made
+    counts: SearchCounts
 
 
 def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, space: Space,
@@ -178,8 +167,8 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
         return progress.evaluated - progress.swept
 
     def report(result: TrialResult) -> None:
-        progress.failed += not result.ok
-        progress.evaluated += 1
+        progress.counts.failed += not result.ok
+        progress.counts.evaluated += 1
         progress.last = result
         if on_progress:
             on_progress(progress)
@@ -204,7 +193,7 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
             known[sibling.digest] = value
             if value is not None:
                 progress.found(value)
-            progress.swept += 1
+            progress.counts.swept += 1
             report(result)
 
     while counted() < budget and not out_of_time():
@@ -223,14 +212,14 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
             reasons = space.violations(config, target)
             if reasons:  # pruned statically: costs no compile and no GPU time
                 tell(proposal, Outcome(Status.INVALID, reason="; ".join(reasons), pruned=True))
-                progress.pruned += 1
+                progress.counts.pruned += 1
                 stale_asks += 1
                 continue
             if config.digest in known or any(p.config.digest == config.digest for p in pending):
                 value = known.get(config.digest)
                 tell(proposal, Outcome(Status.REPEAT, value, "" if value is not None else
                                        "an earlier trial of this config failed"))
-                progress.repeated += 1
+                progress.counts.repeated += 1
                 stale_asks += 1
                 repeats += 1
                 # Not past STALE_ASKS (the loop ends there: a pick would be left queued), and
@@ -245,7 +234,7 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                 previous = store.find_trial(device, problem, config, backend.build_key(config))
                 if previous is not None and previous.median_us is not None:
                     tell(proposal, Outcome(Status.REUSED, previous.median_us))
-                    progress.reused += 1
+                    progress.counts.reused += 1
                     continue
             stale_asks = repeats = 0
             pending.append(proposal)
@@ -284,9 +273,9 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                     sweep_launch_values(proposal.config, pending)
 
     measured, optuna_trials = study.trial_counts()
-    return FamilySearch(family, name, study.ranked()[: settings.rerank_top], progress.evaluated,
-                        progress.failed, progress.pruned, progress.reused, measured,
-                        progress.repeated, optuna_trials, progress.swept)
+    return FamilySearch(family, name, study.ranked()[: settings.rerank_top],
+                        replace(progress.counts, total_trials=measured,
+                                optuna_trials=optuna_trials))
 
 
 def _unmeasured(space: Space, valid: dict[str, ValidConfig], known: dict[str, float | None],

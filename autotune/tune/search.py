@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..build.compiler import BuildResult
 from ..model.config import Config
@@ -23,6 +23,7 @@ from ..model.target import Target
 from ..store.records import BaselineTiming, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from .backends import SDPA_FAMILY, Backend
+from .counts import Counted, SearchCounts
 from .loop import InfrastructureError, Progress, search_family, warm_start_seeds
 from .model_seeding import perf_model_for, quick_plan, shipped_seeds
 from .settings import SAMPLERS, SearchSettings
@@ -37,40 +38,31 @@ DEFAULT_SETTINGS = SearchSettings()
 
 
 @dataclass(frozen=True)
-class FamilyOutcome:
-    """What the search of one kernel family did for a problem, and its fastest finalist."""
+class FamilyOutcome(Counted):
+    """What the search of one kernel family did for a problem (its counters, read as
+    attributes: `evaluated`, `failed`, ...), and its fastest finalist."""
 
     family: str
     study: str
     best: TrialResult | None  # this family's fastest config in the final re-timing
-    evaluated: int
-    failed: int
-    pruned: int
-    reused: int
-    total_trials: int
-    repeated: int = 0
-    optuna_trials: int = 0  # the study's trials as Optuna counts them (see tune.study)
-    swept: int = 0  # of `evaluated`: launch values timed on builds already made (tune.loop)
+    counts: SearchCounts
 
     def tflops(self, problem: Problem) -> float | None:
         return self.best.tflops(problem) if self.best else None
 
 
 @dataclass(frozen=True)
-class TuneOutcome:
+class TuneOutcome(Counted):
     """A problem's session: the overall winner (whatever its family) and, in `families`, each
-    family's search. Counters are sums over the families searched."""
+    family's search. Counters are sums over the families searched (`total_trials` with the
+    stored winner's study when it defended its place)."""
 
     problem: Problem
     device: DeviceInfo
     study: str  # the winner's study (the first family's when nothing passed)
     best: TrialResult | None
     baselines: dict[str, BaselineTiming]
-    evaluated: int
-    failed: int
-    pruned: int
-    reused: int
-    total_trials: int
+    counts: SearchCounts
     finalists: list[TrialResult] = field(default_factory=list)
     families: tuple[FamilyOutcome, ...] = ()
 
@@ -202,14 +194,12 @@ def tune_problem(problem: Problem, backend: Backend, store: TuningStore,
         mine = [r.result for r in reranked if r.result.config.family == search.family]
         outcomes.append(FamilyOutcome(
             search.family, search.study,
-            min(mine, key=lambda r: r.median_us or math.inf) if mine else None,
-            search.evaluated, search.failed, search.pruned, search.reused, search.total_trials,
-            search.repeated, search.optuna_trials, search.swept))
+            min(mine, key=lambda r: r.median_us or math.inf) if mine else None, search.counts))
+    counts = sum((o.counts for o in outcomes), SearchCounts())
     return TuneOutcome(problem, device, winner.study if winner else studies[chosen[0]],
                        winner.result if winner else None, baselines,
-                       sum(o.evaluated for o in outcomes), sum(o.failed for o in outcomes),
-                       sum(o.pruned for o in outcomes), sum(o.reused for o in outcomes), total,
-                       [r.result for r in reranked], tuple(outcomes))
+                       replace(counts, total_trials=total), [r.result for r in reranked],
+                       tuple(outcomes))
 
 
 def _seeded_and_built(problem: Problem, backend: Backend, store: TuningStore,
