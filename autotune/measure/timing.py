@@ -81,9 +81,9 @@ SPIN_CYCLES = 50 * SPIN_CYCLES_PER_US
 def spin_cycles_for(host_issue_us: float) -> int:
     """The spin after each flush for candidates whose slowest takes the host `host_issue_us`
     to issue: twice that, never less than SPIN_CYCLES, so the GPU is still spinning when the
-    host has issued the next call and its events. A fixed 50 us was not enough for a KV-cache
-    decode call (about 60 us of Python and launch): its search timed the host, 50-65 us, for a
-    20 us kernel, and picked its split count at random (H200, 2026-12-02)."""
+    host has issued the next call and its events. A fixed spin is not enough for a KV-cache
+    decode call, whose Python and launch can outlast a short kernel: its search would time
+    the host, not the kernel, and pick a split count at random."""
     return max(SPIN_CYCLES, int(2 * host_issue_us * SPIN_CYCLES_PER_US))
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from .._shown import shown
 
 DTYPES = ("fp16", "bf16")
-# How the keys and values are held (the decode family's KV caches, issue 15): "dense" is q, k, v
+# How the keys and values are held (the decode families' KV caches): "dense" is q, k, v
 # tensors with every key valid (plain attention; a full contiguous cache); "seqlens" a padded
 # contiguous cache of seqlen_k rows per sequence with per-sequence lengths (timed with the
 # lengths of `Problem.cache_lengths`); "paged<N>" a paged cache of N-row pages (N a power of

@@ -45,8 +45,8 @@ INFRASTRUCTURE_BATCHES = 3
 STALE_ASKS = 200
 # Repeats in a row after which a config of a build not yet measured, at random, goes on the
 # study's queue. TPE can settle on the incumbent's build and propose only its launch values,
-# all of them timed: decode90 on B1 H64/8 Lq16 Lk8k (H200, 2026-12-03) made 6 of its 10
-# builds, then 200 repeats in a row, and the search stopped with most of the space untried.
+# all of them timed: a decode90 search can make a few builds, then nothing but repeats until
+# STALE_ASKS ends it with most of the space untried.
 # 10 is more than one build's launch values (decode's 7 split counts, all timed by the sweep):
 # a sampler that only revisits the incumbent's build gets a new build every 10 proposals. The
 # pick is seeded by the search's seed (`fresh_picks`), so a replayed session is reproducible;

@@ -76,10 +76,10 @@ class BuildStartupSampler:
     random among those, so the first builds cover every value of every parameter.
 
     Optuna's own `n_startup_trials` counts trials, and a swept build is one trial per launch
-    value: on the H200 (2026-12-02) the first build's 7 split counts ended the random start,
-    TPE modelled the space from that one build, and decode90's searches of 7 Lq=1 problems
-    never tried a 64-row tile (the bench's winner there). A sampler in Optuna's sense (the
-    calls its studies make), built from two."""
+    value: the first build's split counts can end the random start on their own, TPE then
+    models the space from that one build, and a search can end without ever trying a tile
+    size the exhaustive best uses. A sampler in Optuna's sense (the calls its studies make),
+    built from two."""
 
     def __init__(self, tpe: Any, random: Any, startup: int, launch_params: tuple[str, ...],
                  seed: int | None = None) -> None:

@@ -158,9 +158,8 @@ def test_the_shipped_h200_results_answer_every_llm_problem(
         # a winner of the re-ranking beside SDPA is never measurably slower than SDPA's default
         assert decision.speedup_vs_sdpa >= 0.99, (problem, decision.describe())
         families.append((problem.seqlen_q > 16, decision.config.family))
-    # issue 13's re-ranking: sm90 or SDPA on prefill; issue 15's decode tuning on the decode
-    # problems: decode90 where a kernel is faster (since the B=1 re-tune of 2026-12-03 it holds
-    # every llm-decode problem the decode family held), SDPA elsewhere
+    # the shipped re-ranking: sm90 or SDPA on prefill; on the decode problems decode90 where
+    # a kernel is faster (every llm-decode problem a decode kernel holds), SDPA elsewhere
     assert {f for prefill, f in families if prefill} == {"sm90", "sdpa"}
     assert {f for prefill, f in families if not prefill} == {"decode90", "sdpa"}
 
