@@ -105,7 +105,7 @@ def test_a_replayed_readme_example_prints_what_the_readme_shows(
 def test_a_shipped_recording_holds_every_valid_config_of_8_problems(
         recording: str, family: str, shape_set: str) -> None:
     # A space that gains or loses a config since makes the recording stale: record it again
-    # (benchmarks/h200_evidence.sh record16).
+    # (`REC=FAMILY bash benchmarks/evidence.sh record`).
     from autotune._jsonfile import read_json
     from autotune.model import Config, Problem, load_shape_set, load_space, target_for_arch
 

@@ -8,6 +8,7 @@ benchmarks/results/generalize/COMMANDS.md.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -47,6 +48,7 @@ def timings(fns: dict[str, Callable[[], Any]], spin: int, calls: int = 40) -> st
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     import torch
     from alternating_check import _sdpa
     from torch.profiler import ProfilerActivity, profile

@@ -1,10 +1,11 @@
 """Run one config on a small problem with tails, for compute-sanitizer (racecheck, synccheck).
 
-    compute-sanitizer --tool racecheck python3 benchmarks/race_probe.py '<config json>'
+    compute-sanitizer --tool racecheck python3 benchmarks/probes/race_probe.py '<config json>'
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
@@ -17,7 +18,9 @@ from autotune.model import Config, load_space, validate_config
 
 
 def main() -> int:
-    config = validate_config(Config.from_json(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="the config as JSON")
+    config = validate_config(Config.from_json(parser.parse_args().config))
     build = compile_config(config)
     kernel = CompiledKernel(build)
     dtype = torch_dtype(str(config["dtype"]))

@@ -3,9 +3,10 @@
 stack frame), TMA copies (UTMALDG/UTMASTG), register reallocation (USETMAXREG), and the wgmma
 waits (WARPGROUP.DEPBAR): as many waits as HGMMAs means ptxas serialised them.
 
-    python benchmarks/sass_check.py --bench benchmarks/results/sm90_bench_h200.json \
+    python benchmarks/probes/sass_check.py --bench benchmarks/results/sm90_bench_h200.json \
         --cache sm90=.cubins90 --cache sm80=.cubins --json out.json
-    python benchmarks/sass_check.py --db sqlite:///.tuning/h200.db --cache sm90=.cubins90 ...
+    python benchmarks/probes/sass_check.py --db sqlite:///.tuning/h200.db \
+        --cache sm90=.cubins90 ...
 
 Each config of the bench rows is looked up in the kernel cache of its family (no compile);
 needs cuobjdump (the CUDA toolkit's, or $CUOBJDUMP).

@@ -1,26 +1,76 @@
-"""`attention()` and `attention_with_kvcache()` on a GPU machine without the CUDA toolkit, from a
-kernel pack (issue 16): run it where neither nvcc nor cuda.h nor a C++ compiler can be found
-and the kernel cache is empty, with $CUTE_AUTOTUNE_KERNELS naming the pack. It asserts that
-the toolkit is really absent, that each call ran one of the pack's kernels (not the fallback),
-and that the outputs agree with an fp32 reference.
+"""Deployment checks on a GPU host (the `deploy` stage of benchmarks/evidence.sh):
 
+    cd /tmp && python3 /path/to/benchmarks/deploy_check.py fresh
+        after a fresh install (README command 1): `attention()` must answer llm-prefill
+        problems from the results shipped in db/, with an empty tuning database and nothing
+        tuned; run from outside the checkout, so the installed package is the one imported
     CUTE_AUTOTUNE_KERNELS=DIR CUTE_AUTOTUNE_CACHE=$(mktemp -d) \\
-        python benchmarks/no_toolkit_check.py
+        python3 benchmarks/deploy_check.py no-toolkit
+        `attention()` and `attention_with_kvcache()` from a kernel pack where neither nvcc nor
+        cuda.h nor a C++ compiler can be found and the kernel cache is empty: asserts that the
+        toolkit is really absent, that each call ran one of the pack's kernels (not the
+        fallback), and that the outputs agree with an fp32 reference
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
-import torch
-import torch.nn.functional as F
+PROBLEMS = [  # (dtype, B, Hq, Hkv, L, D, causal): llm-prefill problems, so "exact" is expected
+    ("fp16", 1, 16, 16, 8192, 128, False),
+    ("bf16", 4, 32, 8, 2048, 64, True),
+    ("fp16", 16, 16, 16, 512, 64, False),
+]
 
 
-def main() -> int:
+
+def fresh() -> int:
+    """attention() on llm-prefill problems from the shipped results, nothing tuned."""
+    os.environ["CUTE_AUTOTUNE_DB"] = f"sqlite:///{tempfile.mkdtemp()}/empty.db"
+    import torch
+    import torch.nn.functional as F
+
+    import autotune
+
+    where = Path(autotune.__file__).resolve()
+    print(f"autotune imported from {where}")
+    if Path(__file__).resolve().parent.parent in where.parents:
+        print("FAIL: imported the checkout, not the installed package")
+        return 1
+    failures = 0
+    for dtype, b, hq, hkv, length, d, causal in PROBLEMS:
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        q = torch.randn(b, hq, length, d, device="cuda", dtype=torch_dtype)
+        k = torch.randn(b, hkv, length, d, device="cuda", dtype=torch_dtype)
+        v = torch.randn_like(k)
+        decision = autotune.explain(q, k, v, causal=causal)
+        out = autotune.attention(q, k, v, causal=causal, strict=True)
+        ref = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hkv, 1),
+                                             v.repeat_interleave(hq // hkv, 1), is_causal=causal)
+        err = float((out.float() - ref.float()).norm() / ref.float().norm())
+        ok = decision.path == "exact" and err < 2e-2
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {dtype} B={b} Hq={hq} Hkv={hkv} L={length} D={d} "
+              f"causal={causal}: {decision.describe()} rel err {err:.1e}")
+    print("fresh install answers from the shipped results" if not failures
+          else f"{failures} problems not answered from the shipped results")
+    return 1 if failures else 0
+
+
+
+def no_toolkit() -> int:
+    """attention() and attention_with_kvcache() from a kernel pack, no toolkit present."""
+    import torch
+    import torch.nn.functional as F
+
     import autotune
     from autotune.build import ToolchainError, find_cuda_include, find_nvcc
 
@@ -82,6 +132,14 @@ def main() -> int:
     results["failures"] = failures
     print(json.dumps(results, indent=1))
     return 1 if failures else 0
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("check", choices=["fresh", "no-toolkit"])
+    args = parser.parse_args(argv)
+    return fresh() if args.check == "fresh" else no_toolkit()
 
 
 if __name__ == "__main__":
