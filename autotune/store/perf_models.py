@@ -21,7 +21,8 @@ from sqlalchemy import delete, select
 from ..model.perf_model import PerfModel
 from .exchange import BrokenRow
 from .models import PerfModelRow, utcnow
-from .repo import TuningStore, _utc
+from .repo import TuningStore
+from .row_helpers import _utc
 from .schema import describe
 
 FITTED_BY = ("tune", "import", "model fit")

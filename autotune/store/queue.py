@@ -25,8 +25,9 @@ from sqlalchemy.orm import joinedload
 from ..measure.records import DeviceInfo, gpu_model_words
 from ..model.problem import Problem
 from .models import DONE, FAILED, QUEUED, RUNNING, ProblemRow, WorkItem, utcnow
-from .repo import TuningStore, _problem_or_none, _served_problem, _utc, same_gpu
+from .repo import TuningStore
 from .row_checks import check_work_item
+from .row_helpers import _problem_or_none, _served_problem, _utc, same_gpu
 
 
 @dataclass(frozen=True)
