@@ -11,6 +11,10 @@ import pytest
 # A real PostgreSQL server (.ci/run starts one): the URL of a database this user may create
 # databases from, e.g. postgresql+psycopg://postgres@/postgres?host=/tmp/pg&port=55432
 PG_ENV = "CUTE_AUTOTUNE_TEST_PG_URL"
+# Long runs (the fault suite's kill rounds, every seed of a search replay) run when this is 1;
+# the default run keeps a sample of each, so that it stays a CI run.
+LONG_ENV = "CUTE_AUTOTUNE_LONG_TESTS"
+LONG = os.environ.get(LONG_ENV, "0") not in ("", "0")
 
 
 def _gpu_available() -> bool:
@@ -35,6 +39,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     no_nvcc = pytest.mark.skip(reason="needs nvcc (the CUDA toolkit)")
     no_postgres = pytest.mark.skip(reason=f"needs a PostgreSQL server (${PG_ENV})")
+    long_run = pytest.mark.skip(reason=f"a long run (${LONG_ENV}=1 runs it)")
     gpu, nvcc = _gpu_available(), _nvcc_available()
     for item in items:
         if "gpu" in item.keywords and not gpu:
@@ -43,6 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_nvcc)
         if "postgres" in item.keywords and not os.environ.get(PG_ENV):
             item.add_marker(no_postgres)
+        if "long" in item.keywords and not LONG:
+            item.add_marker(long_run)
 
 
 

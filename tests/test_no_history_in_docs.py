@@ -30,7 +30,8 @@ def _prose(text: str) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_docs_carry_no_history(path: Path) -> None:
-    found = [f"{n}: {line.strip()}" for n, line in _prose(path.read_text()) if HISTORY.search(line)]
+    found = [f"{n}: {line.strip()}" for n, line in _prose(path.read_text())
+             if HISTORY.search(line)]
     assert not found, found
 
 

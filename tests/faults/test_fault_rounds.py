@@ -246,6 +246,9 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
     assert running_trials == {"": 0, "not": 0}
 
 
+# The kill rounds are long runs; the default run's sample of them is the connection rounds
+# below and test_work_queue's killed worker.
+@pytest.mark.long
 def test_workers_killed_at_random_lose_and_duplicate_nothing_on_sqlite(
         tmp_path: Path, reference: Any, fault_summary: Callable[[dict[str, Any]], None]) -> None:
     _fault_case("sqlite: 8 workers, kill -9 of workers at random over 4 rounds, a worker of "
@@ -253,6 +256,7 @@ def test_workers_killed_at_random_lose_and_duplicate_nothing_on_sqlite(
                 fault_summary, kill_rounds=4)
 
 
+@pytest.mark.long
 @pytest.mark.postgres
 def test_workers_killed_at_random_lose_and_duplicate_nothing_on_postgres(
         postgres_url: str, tmp_path: Path, reference: Any,
