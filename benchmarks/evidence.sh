@@ -107,7 +107,7 @@ versions)
 bench)
   db=${DB:-}
   if [ -z "$db" ]; then
-    db="sqlite:////tmp/bench.db"; python3 -m autotune.cli import db/h200.json --db "$db" > /dev/null
+    db="sqlite:////tmp/bench.db"; python3 -m autotune.cli import db/h200.json --no-refit --db "$db" > /dev/null
   fi
   for set in ${SETS:-llm-prefill llm-decode}; do
     name=${set//-/_}
