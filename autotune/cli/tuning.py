@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 import textwrap
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..store.records import BestRecord, DeviceInfo, TrialResult
 from ..store.repo import BrokenRow, TuningStore
 from ..store.schema import StoreError, default_url, describe, make_engine, upgrade
 from ..tune.search import FamilyOutcome, Progress, SearchSettings, TuneOutcome
+from ..tune.session import frequent_misses
 from .args import add_causal, add_database, nonnegative_int, positive_float, positive_int
 from .table import output_width, render_table
 
@@ -109,8 +109,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..tune.backends import ReplayBackend
-    from ..tune.search import families_to_search, study_name
-    from ..tune.tuning import open_backend, tune
+    from ..tune.search import families_to_search
+    from ..tune.session import run_session
+    from ..tune.tuning import open_backend
 
     if args.top is not None and not args.misses:
         print("--top goes with --misses", file=sys.stderr)
@@ -179,7 +180,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         device_name = backend.device().name
         if args.misses:
-            problems = frequent_misses(args, backend.device())
+            problems = misses_to_tune(args, backend.device())
         if isinstance(backend, ReplayBackend):
             backend.require_recorded(problems)
         families = families_to_search(backend, _families_arg(args.family))
@@ -217,31 +218,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
             Path(args.json).write_text(json.dumps([outcome_json(x) for x in outcomes], indent=1))
         rows.extend(outcome_rows(o, marked=len(families) > 1))
 
-    start = time.monotonic()
-    skipped = []
+    def on_start(i: int, problem: Problem) -> None:
+        bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
+
     try:
-        store = TuningStore(args.db) if args.skip_tuned else None
-        for i, problem in enumerate(problems):
-            if args.stop_after is not None and time.monotonic() - start > args.stop_after:
-                skipped.append(problem)
-                shape_done()
-                continue
-            # A family searched by an earlier piece is not searched again: its best config
-            # defends its place in the re-timing of the families still to search. A family
-            # whose kernel changed since (another build key) is searched again.
-            todo = families
-            if store is not None:
-                device = backend.device()
-                todo = [f for f in families if not store.family_tuned(
-                    device, problem, study_name(device, f, problem),
-                    current_key=backend.build_key)]
-                if not todo:
-                    shape_done()
-                    continue
-            bar.set_description(f"[{i + 1}/{len(problems)}] {problem.describe()}")
-            tune(problem, db=args.db, backend=backend, settings=settings, families=todo,
-                 on_progress=on_progress, on_outcome=on_outcome)
-            shape_done()
+        session = run_session(problems, db=args.db, backend=backend, settings=settings,
+                              families=families, skip_tuned=args.skip_tuned,
+                              stop_after=args.stop_after, on_start=on_start,
+                              on_end=lambda _: shape_done(), on_progress=on_progress,
+                              on_outcome=on_outcome)
     finally:
         bar.close()
         backend.close()
@@ -252,9 +237,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     searched = [f for o in outcomes for f in o.families]
     if searched:
         print("\n" + trial_counts_note(searched))
-    if skipped:
-        print(f"\n--stop-after {args.stop_after:.0f} s: {len(skipped)} shapes not started; "
-              "run it again with --skip-tuned to continue")
+    if session.skipped:
+        print(f"\n--stop-after {args.stop_after:.0f} s: {len(session.skipped)} shapes not "
+              "started; run it again with --skip-tuned to continue")
     if outcomes and not args.no_refit and not args.quick:
         print("\n" + refit_message(args.db, device_name, "tune"))
     return 0 if all(o.best for o in outcomes) else 1
@@ -289,24 +274,17 @@ def _gpu_model(device: DeviceInfo) -> str:
     return device.model
 
 
-def frequent_misses(args: argparse.Namespace, device: DeviceInfo) -> list[Problem]:
-    """tune --misses: the problems `attention()` served most often without an exact tuned
-    entry on this GPU model (calls of every path added up), the top --top (default 10) of
-    those --head-dim/--dtype/--causal keep; a problem tuned since it was recorded is left
-    out."""
-    store = TuningStore(args.db, create=False)
-    tuned = {r.problem for r in store.list_best(device)}
-    calls: dict[Problem, int] = {}
-    for m in store.list_misses(device):
-        if m.problem not in tuned:
-            calls[m.problem] = calls.get(m.problem, 0) + m.count
-    ranked = sorted(calls, key=lambda p: -calls[p])  # stable: the latest seen first on ties
-    chosen = narrow_shape_set(ranked, args)[:args.top or 10]
+def misses_to_tune(args: argparse.Namespace, device: DeviceInfo) -> list[Problem]:
+    """tune --misses: the --top (default 10) most frequent untuned misses of this GPU model
+    that --head-dim/--dtype/--causal keep (tune/session.frequent_misses), said on stderr."""
+    chosen = frequent_misses(TuningStore(args.db, create=False), device,
+                             keep=lambda ranked: narrow_shape_set(ranked, args),
+                             top=args.top or 10)
     if chosen and not args.quiet:
         print(f"tuning the {len(chosen)} most frequent untuned misses of "
-              f"{_gpu_model(device)}: " + "; ".join(f"{p.describe()} ({calls[p]} calls)"
-                                                    for p in chosen), file=sys.stderr)
-    return chosen
+              f"{_gpu_model(device)}: " + "; ".join(f"{p.describe()} ({calls} calls)"
+                                                    for p, calls in chosen), file=sys.stderr)
+    return [p for p, _ in chosen]
 
 
 def _speedup(o: TuneOutcome, result: TrialResult | None, backend: str) -> float | None:
