@@ -37,7 +37,7 @@ from .._shown import shown
 from ..launch.kernel import PreparedLaunch
 from ..launch.tensors import ALIGN_BYTES, InputError, check_shapes, logical_bhld, problem_of
 from ..measure.sdpa import sdpa_switches
-from ..model.buckets import representative
+from ..model.buckets import length_class, representative
 from ..model.problem import Problem
 from ..model.space import families, load_space
 from .dispatch import (
@@ -171,6 +171,7 @@ def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
         _generation += 1
         _prepared.clear()
         _fallback_misses.clear()
+        _accepted.clear()
         old, _recorder = _recorder, None
     if old is not None:
         old.close()  # the counts so far go to the database they were counted for
@@ -378,20 +379,45 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     return replace(plan, miss=_miss(decision, device_index)), ""
 
 
+# Whether a torch SDPA backend runs inputs of a kind, keyed by their length classes, not their
+# lengths (bounded): the check is a real call, and a cache growing by a token per step would
+# otherwise pay it, a second attention call, at every step.
+_accepted: LruDict[tuple[Any, ...], bool] = LruDict(MEMO_SIZE)
+
+
 def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
              causal: bool, scale: float | None, layout: str) -> bool:
-    """Whether torch SDPA's `backend` runs these inputs (one call, made once per geometry)."""
+    """Whether torch SDPA's `backend` runs these inputs (one call, made once per kind of
+    input and length class)."""
     from ..measure.sdpa import sdpa_call
 
     if backend == "default":
         return True
+    lq, lk = q.shape[2 if layout == "bhld" else 1], k.shape[2 if layout == "bhld" else 1]
+    key = (backend, sdpa_switches(), q.dtype, q.device, layout, causal, scale,
+           length_class(lq), length_class(lk), (lq > lk) - (lq < lk),
+           *(t.shape[:2] if layout == "bhld" else (t.shape[0], t.shape[2]) for t in (q, k)),
+           q.shape[-1], *(_alignment(t) for t in (q, k, v)))
+    known = _accepted.get(key)
+    if known is not None:
+        return known
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             sdpa_call(backend, q, k, v, causal=causal, scale=scale, layout=layout)()
+            accepted = True
         except RuntimeError:
-            return False
-    return True
+            accepted = False
+    _accepted[key] = accepted
+    return accepted
+
+
+def _alignment(t: torch.Tensor) -> tuple[int, ...]:
+    """What of a tensor's placement a backend's checks read: its data pointer's and each
+    stride's alignment in bytes (up to 16) and whether the last dimension is contiguous."""
+    elem = t.element_size()
+    return (math.gcd(t.data_ptr(), ALIGN_BYTES), t.stride(-1) == 1,
+            *(math.gcd(s * elem, ALIGN_BYTES) for s in t.stride()))
 
 
 def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
