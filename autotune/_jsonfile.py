@@ -26,8 +26,10 @@ def read_json(path: str | Path) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise JsonInputError(f"{path} is larger than {MAX_BYTES // 2**20} MiB "
-                                 f"({size / 2**20:.0f} MiB); nothing was read")
+            raise JsonInputError(
+                f"{path} is larger than {MAX_BYTES // 2**20} MiB "
+                f"({size / 2**20:.0f} MiB); nothing was read"
+            )
         raw = _read_gzip(path) if path.name.endswith(".gz") else path.read_bytes()
         text = raw.decode("utf-8")
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -43,8 +45,9 @@ def _read_gzip(path: Path) -> bytes:
     with gzip.open(path, "rb") as f:
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
-        raise JsonInputError(f"{path} expands to more than {MAX_BYTES // 2**20} MiB; "
-                             "nothing was read")
+        raise JsonInputError(
+            f"{path} expands to more than {MAX_BYTES // 2**20} MiB; nothing was read"
+        )
     return data
 
 
@@ -77,6 +80,5 @@ def _depth(data: Any) -> int:
         deepest = max(deepest, depth)
         if depth > MAX_DEPTH:
             break
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, (dict, list)))
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest

@@ -15,7 +15,7 @@ def shown(value: object, limit: int = LIMIT) -> str:
         digits = int(abs(value).bit_length() * 0.30103) + 1
         return f"{'-' if value < 0 else ''}an integer of about {digits} digits"
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def for_terminal(text: str) -> str:
@@ -25,5 +25,6 @@ def for_terminal(text: str) -> str:
     escape, `\\x1b`, `\\n`, `\\u202e`."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )

@@ -33,19 +33,28 @@ def _sdpa(q: Any, k: Any, v: Any, causal: bool, backend: str | None) -> Callable
         kwargs["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
     if backend is None:
         return lambda: F.scaled_dot_product_attention(q, k, v, **kwargs)
-    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-              "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    chosen = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[backend]
 
     def call() -> Any:
         with sdpa_kernel(chosen):
             return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
     return call
 
 
-def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
-                spin_cycles: int = 100_000, layout: str = "bhld",
-                extra: Callable[[Any, Any, Any], dict[str, Callable[[], Any]]] | None = None
-                ) -> dict[str, Any]:
+def alternating(
+    problem: Any,
+    *,
+    calls: int = 60,
+    warmup: int = 10,
+    spin_cycles: int = 100_000,
+    layout: str = "bhld",
+    extra: Callable[[Any, Any, Any], dict[str, Callable[[], Any]]] | None = None,
+) -> dict[str, Any]:
     """Median microseconds per callable: ours (`attention`), SDPA's default, SDPA's backends,
     then whatever `extra(q, k, v)` adds, on inputs in `layout` ("blhd": [B, L, H, D], SDPA
     handed the transposed views as a caller of that layout would). Per callable beside SDPA's
@@ -55,8 +64,11 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
     import autotune
 
     def shape(heads: int, length: int) -> tuple[int, ...]:
-        return ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
-                else (problem.batch, length, heads, problem.head_dim))
+        return (
+            (problem.batch, heads, length, problem.head_dim)
+            if layout == "bhld"
+            else (problem.batch, length, heads, problem.head_dim)
+        )
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
     q = torch.randn(shape(problem.heads_q, problem.seqlen_q), device="cuda", dtype=dtype)
@@ -66,7 +78,8 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
     causal = problem.causal
     fns: dict[str, Callable[[], Any]] = {
         "ours": lambda: autotune.attention(q, k, v, causal=causal, layout=layout),
-        "sdpa_default": _sdpa(qb, kb, vb, causal, None)}
+        "sdpa_default": _sdpa(qb, kb, vb, causal, None),
+    }
     for backend in ("flash", "efficient", "cudnn"):
         fn = _sdpa(qb, kb, vb, causal, backend)
         with warnings.catch_warnings():
@@ -97,14 +110,22 @@ def alternating(problem: Any, *, calls: int = 60, warmup: int = 10,
     medians = {name: statistics.median(values) for name, values in us.items()}
     ours = medians["ours"]
     decision = autotune.explain(q, k, v, causal=causal, layout=layout)
-    return {"shape": problem.describe(), "problem": problem.as_dict(), "layout": layout,
-            "calls": calls,
-            "dispatch": decision.config.to_json() if decision.config else decision.path,
-            "decision": decision.describe(),
-            "median_us": medians, "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
-            "ratio_vs_sdpa_default": {name: _quantiles(us["sdpa_default"], values)
-                                      for name, values in us.items() if name != "sdpa_default"},
-            "regret": ours / min(medians.values())}
+    return {
+        "shape": problem.describe(),
+        "problem": problem.as_dict(),
+        "layout": layout,
+        "calls": calls,
+        "dispatch": decision.config.to_json() if decision.config else decision.path,
+        "decision": decision.describe(),
+        "median_us": medians,
+        "speedup_vs_sdpa_default": medians["sdpa_default"] / ours,
+        "ratio_vs_sdpa_default": {
+            name: _quantiles(us["sdpa_default"], values)
+            for name, values in us.items()
+            if name != "sdpa_default"
+        },
+        "regret": ours / min(medians.values()),
+    }
 
 
 def _quantiles(reference: list[float], values: list[float]) -> dict[str, float]:
@@ -123,9 +144,13 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", required=True)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--json")
-    parser.add_argument("--spin-cycles", type=int, default=100_000,
-                        help="GPU spin before each call (100000: ~50 us); more where a call's "
-                             "host work is longer (a decode call's)")
+    parser.add_argument(
+        "--spin-cycles",
+        type=int,
+        default=100_000,
+        help="GPU spin before each call (100000: ~50 us); more where a call's "
+        "host work is longer (a decode call's)",
+    )
     args = parser.parse_args()
     autotune.configure(db=args.db)
     rows = []
@@ -134,9 +159,12 @@ def main() -> int:
             row = alternating(problem, calls=args.calls, spin_cycles=args.spin_cycles)
             rows.append(row)
             times = row["median_us"]
-            print(f"{row['shape']:<40} ours {times['ours']:9.1f} us  SDPA "
-                  f"{times['sdpa_default']:9.1f} us  {row['speedup_vs_sdpa_default']:.3f}x"
-                  f"  regret {row['regret']:.3f}  {row['dispatch'][:60]}", flush=True)
+            print(
+                f"{row['shape']:<40} ours {times['ours']:9.1f} us  SDPA "
+                f"{times['sdpa_default']:9.1f} us  {row['speedup_vs_sdpa_default']:.3f}x"
+                f"  regret {row['regret']:.3f}  {row['dispatch'][:60]}",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows}, f, indent=1)

@@ -31,7 +31,6 @@ PROBLEMS = [  # (dtype, B, Hq, Hkv, L, D, causal): llm-prefill problems, so "exa
 ]
 
 
-
 def fresh() -> int:
     """attention() on llm-prefill problems from the shipped results, nothing tuned."""
     os.environ["CUTE_AUTOTUNE_DB"] = f"sqlite:///{tempfile.mkdtemp()}/empty.db"
@@ -53,17 +52,25 @@ def fresh() -> int:
         v = torch.randn_like(k)
         decision = autotune.explain(q, k, v, causal=causal)
         out = autotune.attention(q, k, v, causal=causal, strict=True)
-        ref = F.scaled_dot_product_attention(q, k.repeat_interleave(hq // hkv, 1),
-                                             v.repeat_interleave(hq // hkv, 1), is_causal=causal)
+        ref = F.scaled_dot_product_attention(
+            q,
+            k.repeat_interleave(hq // hkv, 1),
+            v.repeat_interleave(hq // hkv, 1),
+            is_causal=causal,
+        )
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
         ok = decision.path == "exact" and err < 2e-2
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {dtype} B={b} Hq={hq} Hkv={hkv} L={length} D={d} "
-              f"causal={causal}: {decision.describe()} rel err {err:.1e}")
-    print("fresh install answers from the shipped results" if not failures
-          else f"{failures} problems not answered from the shipped results")
+        print(
+            f"{'ok  ' if ok else 'FAIL'} {dtype} B={b} Hq={hq} Hkv={hkv} L={length} D={d} "
+            f"causal={causal}: {decision.describe()} rel err {err:.1e}"
+        )
+    print(
+        "fresh install answers from the shipped results"
+        if not failures
+        else f"{failures} problems not answered from the shipped results"
+    )
     return 1 if failures else 0
-
 
 
 def no_toolkit() -> int:
@@ -80,8 +87,9 @@ def no_toolkit() -> int:
             absent[name] = f"found at {probe()}"
         except ToolchainError:
             absent[name] = "absent"
-    absent["c++ compiler"] = next((f"found: {c}" for c in ("c++", "g++", "clang++")
-                                   if shutil.which(c)), "absent")
+    absent["c++ compiler"] = next(
+        (f"found: {c}" for c in ("c++", "g++", "clang++") if shutil.which(c)), "absent"
+    )
     failures = [f"{name} {state}" for name, state in absent.items() if state != "absent"]
 
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "toolkit": absent}
@@ -93,14 +101,22 @@ def no_toolkit() -> int:
     v = torch.randn_like(k)
     decision = autotune.explain(q, k, v, causal=True)
     out = autotune.attention(q, k, v, causal=True)
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
-                                         enable_gqa=True)
+    ref = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True
+    )
     err = float(torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref))
-    results["attention"] = {"decision": decision.describe(), "path": decision.path,
-                            "family": decision.config.family if decision.config else None,
-                            "rel_err": err}
-    if decision.kernel is None or decision.config is None or \
-            decision.config.family == "sdpa" or not err < 1e-2:
+    results["attention"] = {
+        "decision": decision.describe(),
+        "path": decision.path,
+        "family": decision.config.family if decision.config else None,
+        "rel_err": err,
+    }
+    if (
+        decision.kernel is None
+        or decision.config is None
+        or decision.config.family == "sdpa"
+        or not err < 1e-2
+    ):
         failures.append(f"attention: {decision.describe()} (rel err {err:.2e})")
 
     # A tuned KV-cache problem (decode family): pages of 16, shuffled, GQA 4:1, Lq=4, causal.
@@ -114,15 +130,23 @@ def no_toolkit() -> int:
     k_pages[order] = keys.reshape(-1, page, hkv, d)
     v_pages[order] = values.reshape(-1, page, hkv, d)
     table = order.view(b, -1).to(torch.int32)
-    got = autotune.attention_with_kvcache(qd, k_pages, v_pages, block_table=table, causal=True,
-                                          layout="blhd")
+    got = autotune.attention_with_kvcache(
+        qd, k_pages, v_pages, block_table=table, causal=True, layout="blhd"
+    )
     mask = torch.ones(lq, lk, dtype=torch.bool, device="cuda").tril(lk - lq)
     want = F.scaled_dot_product_attention(
-        qd.transpose(1, 2).float(), keys.transpose(1, 2).float(), values.transpose(1, 2).float(),
-        attn_mask=mask, enable_gqa=True, scale=1 / math.sqrt(d)).transpose(1, 2)
+        qd.transpose(1, 2).float(),
+        keys.transpose(1, 2).float(),
+        values.transpose(1, 2).float(),
+        attn_mask=mask,
+        enable_gqa=True,
+        scale=1 / math.sqrt(d),
+    ).transpose(1, 2)
     err = float(torch.linalg.vector_norm(got.float() - want) / torch.linalg.vector_norm(want))
     results["attention_with_kvcache"] = {
-        "problem": "B8 H32/8 Lq4 Lk32768 D128 bf16 causal paged16", "rel_err": err}
+        "problem": "B8 H32/8 Lq4 Lk32768 D128 bf16 causal paged16",
+        "rel_err": err,
+    }
     if not err < 1e-2:
         failures.append(f"attention_with_kvcache: rel err {err:.2e}")
 
@@ -132,7 +156,6 @@ def no_toolkit() -> int:
     results["failures"] = failures
     print(json.dumps(results, indent=1))
     return 1 if failures else 0
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-PINNED = {"hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8,
-          "vocab": 128256, "layers": 8}
-TINY = {"hidden": 128, "intermediate": 256, "heads": 4, "kv_heads": 2, "vocab": 97,
-        "layers": 2}
+PINNED = {
+    "hidden": 4096,
+    "intermediate": 14336,
+    "heads": 32,
+    "kv_heads": 8,
+    "vocab": 128256,
+    "layers": 8,
+}
+TINY = {"hidden": 128, "intermediate": 256, "heads": 4, "kv_heads": 2, "vocab": 97, "layers": 2}
 OURS_KERNELS = ("cute_autotune_fwd", "cute_autotune_combine")
 OTHERS = ("flash_attention_2", "flex_attention")
 
@@ -55,11 +60,11 @@ class Timer:
         import torch
 
         self.cuda = device == "cuda"
-        self.flush = (torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-                      if self.cuda else None)
+        self.flush = (
+            torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda") if self.cuda else None
+        )
 
-    def __call__(self, call: Callable[[], Any],
-                 before: Callable[[], Any] | None = None) -> float:
+    def __call__(self, call: Callable[[], Any], before: Callable[[], Any] | None = None) -> float:
         """`before` runs untimed (switching the model's attention implementation walks its
         modules on the host, which a host-bound step would otherwise count)."""
         import torch
@@ -81,8 +86,12 @@ class Timer:
         return float(begin.elapsed_time(end))
 
 
-def alternate(calls: dict[str, Callable[[], Any]], timer: Timer, reps: int,
-              before: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, Any]:
+def alternate(
+    calls: dict[str, Callable[[], Any]],
+    timer: Timer,
+    reps: int,
+    before: Mapping[str, Callable[[], Any]] | None = None,
+) -> dict[str, Any]:
     """Median ms per implementation, alternating call by call (`before[name]` run untimed
     ahead of each), and the p20/p50/p80 of sdpa's time over ours per round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -95,8 +104,12 @@ def alternate(calls: dict[str, Callable[[], Any]], timer: Timer, reps: int,
     def pick(q: float) -> float:
         return ratios[min(len(ratios) - 1, int(q * len(ratios)))]
 
-    return {"median_ms": medians, "speedup": medians["sdpa"] / medians["ours"],
-            "speedup_p20": pick(0.2), "speedup_p80": pick(0.8)}
+    return {
+        "median_ms": medians,
+        "speedup": medians["sdpa"] / medians["ours"],
+        "speedup_p20": pick(0.2),
+        "speedup_p80": pick(0.8),
+    }
 
 
 def kernels_run(call: Callable[[], Any], device: str) -> dict[str, int] | None:
@@ -110,8 +123,13 @@ def kernels_run(call: Callable[[], Any], device: str) -> dict[str, int] | None:
         call()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
-    ours = len([e for e in trace.events()
-                if e.device_type == cuda and any(k in e.name for k in OURS_KERNELS)])
+    ours = len(
+        [
+            e
+            for e in trace.events()
+            if e.device_type == cuda and any(k in e.name for k in OURS_KERNELS)
+        ]
+    )
     return {"ours": ours}
 
 
@@ -120,12 +138,15 @@ def build_model(shape: dict[str, int], device: str, max_length: int) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=shape["vocab"], hidden_size=shape["hidden"],
-                         intermediate_size=shape["intermediate"],
-                         num_hidden_layers=shape["layers"],
-                         num_attention_heads=shape["heads"],
-                         num_key_value_heads=shape["kv_heads"],
-                         max_position_embeddings=max_length)
+    config = LlamaConfig(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=max_length,
+    )
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with torch.device(device):  # initialised where it runs: billions of weights on a CPU are slow
         model: Any = LlamaForCausalLM(config)
@@ -150,20 +171,32 @@ def available(names: list[str]) -> list[str]:
 def rows_of(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
-        rows += [{"phase": "prefill", "mode": mode, "batch": 1, "length": n}
-                 for n in args.prefill]
-        rows += [{"phase": "verify", "mode": mode, "batch": 1, "draft": d, "cache": c}
-                 for c in args.cache for d in args.verify]
-        rows += [{"phase": "decode", "mode": mode, "batch": b, "cache": args.decode_cache}
-                 for b in args.batches]
+        rows += [{"phase": "prefill", "mode": mode, "batch": 1, "length": n} for n in args.prefill]
+        rows += [
+            {"phase": "verify", "mode": mode, "batch": 1, "draft": d, "cache": c}
+            for c in args.cache
+            for d in args.verify
+        ]
+        rows += [
+            {"phase": "decode", "mode": mode, "batch": b, "cache": args.decode_cache}
+            for b in args.batches
+        ]
         if mode == "eager":  # generate() compiles its own static-cache path; eager only here
-            rows.append({"phase": "generate", "mode": mode, "batch": 1, "prompt": args.prompt,
-                         "new_tokens": args.new_tokens})
+            rows.append(
+                {
+                    "phase": "generate",
+                    "mode": mode,
+                    "batch": 1,
+                    "prompt": args.prompt,
+                    "new_tokens": args.new_tokens,
+                }
+            )
     return rows
 
 
-def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
-            args: argparse.Namespace) -> dict[str, Any]:
+def run_row(
+    model: Any, row: dict[str, Any], impls: list[str], timer: Timer, args: argparse.Namespace
+) -> dict[str, Any]:
     """One row: each implementation's callable, their alternation and the logits check."""
     import torch
     import transformers
@@ -178,7 +211,8 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
         # one graph per row's shapes and per implementation (the name is read in the graph)
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         torch._dynamo.config.accumulated_cache_size_limit = max(
-            torch._dynamo.config.accumulated_cache_size_limit, 4096)
+            torch._dynamo.config.accumulated_cache_size_limit, 4096
+        )
         forward = torch.compile(model, dynamic=False)
     else:
         forward = model
@@ -202,11 +236,16 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
                 logits = forward(step, past_key_values=cache, use_cache=True).logits
                 cache.crop(-steps)  # the next call is the same step again
                 return logits
+
             return call
     else:
         prompt = ids(row["batch"], row["prompt"])
-        settings = {"max_new_tokens": row["new_tokens"], "min_new_tokens": row["new_tokens"],
-                    "do_sample": False, "pad_token_id": 0}
+        settings = {
+            "max_new_tokens": row["new_tokens"],
+            "min_new_tokens": row["new_tokens"],
+            "do_sample": False,
+            "pad_token_id": 0,
+        }
 
         def make(impl: str) -> Callable[[], Any]:
             return lambda: model.generate(prompt, **settings)
@@ -221,7 +260,9 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
         def call() -> Any:
             switch[name]()
             return calls[name]()
+
         return call
+
     with torch.inference_mode():
         for name in calls:  # compile, load and decide before anything is timed
             switched(name)()
@@ -230,13 +271,15 @@ def run_row(model: Any, row: dict[str, Any], impls: list[str], timer: Timer,
         result = alternate(calls, timer, args.reps, before=switch)
         if phase == "generate":
             tokens = row["batch"] * row["new_tokens"]
-            result["tokens_per_s"] = {name: tokens / (ms / 1e3)
-                                      for name, ms in result["median_ms"].items()}
+            result["tokens_per_s"] = {
+                name: tokens / (ms / 1e3) for name, ms in result["median_ms"].items()
+            }
             result["tokens_equal"] = bool(torch.equal(outs["ours"], outs["sdpa"]))
         else:
             got, want = outs["ours"].float(), outs["sdpa"].float()
-            result["logits_rel_diff"] = float(torch.linalg.vector_norm(got - want)
-                                              / torch.linalg.vector_norm(want))
+            result["logits_rel_diff"] = float(
+                torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)
+            )
         switch["ours"]()
         result["kernels"] = kernels_run(calls["ours"], device)
     return {**row, **result}
@@ -251,8 +294,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     done = [r for r in rows if "speedup" in r]
     labels = [label(r) for r in done]
     values = [r["speedup"] for r in done]
-    errors = [[r["speedup"] - r["speedup_p20"] for r in done],
-              [r["speedup_p80"] - r["speedup"] for r in done]]
+    errors = [
+        [r["speedup"] - r["speedup_p20"] for r in done],
+        [r["speedup_p80"] - r["speedup"] for r in done],
+    ]
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(done)), 4))
     ax.bar(range(len(done)), values, yerr=errors, capsize=2)
     ax.axhline(1.0, color="k", lw=0.8)
@@ -263,20 +308,27 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def label(row: dict[str, Any]) -> str:
-    what = {"prefill": f"prefill L{row.get('length')}",
-            "verify": f"verify {row.get('draft')} vs {row.get('cache')}",
-            "decode": f"decode B{row.get('batch')} vs {row.get('cache')}",
-            "generate": f"generate {row.get('new_tokens')}"}[row["phase"]]
+    what = {
+        "prefill": f"prefill L{row.get('length')}",
+        "verify": f"verify {row.get('draft')} vs {row.get('cache')}",
+        "decode": f"decode B{row.get('batch')} vs {row.get('cache')}",
+        "generate": f"generate {row.get('new_tokens')}",
+    }[row["phase"]]
     return f"{what} ({row['mode']})"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", required=True, help="the rows (written after each row)")
     parser.add_argument("--plot", help="a chart of the speed-ups (needs matplotlib)")
-    parser.add_argument("--modes", type=lambda t: t.split(","), default=["eager"],
-                        help="eager, compiled or both (default eager)")
+    parser.add_argument(
+        "--modes",
+        type=lambda t: t.split(","),
+        default=["eager"],
+        help="eager, compiled or both (default eager)",
+    )
     parser.add_argument("--prefill", type=_ints, default=[2048, 8192, 32768])
     parser.add_argument("--verify", type=_ints, default=[4, 8, 16])
     parser.add_argument("--cache", type=_ints, default=[4096, 16384, 32768])
@@ -286,10 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--tiny", action="store_true",
-                        help="a 2-layer, hidden-128 model (a smoke run, not a measurement)")
-    parser.add_argument("--stop-after", type=float, default=None,
-                        help="start no new row after this many seconds")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a 2-layer, hidden-128 model (a smoke run, not a measurement)",
+    )
+    parser.add_argument(
+        "--stop-after", type=float, default=None, help="start no new row after this many seconds"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -298,18 +354,30 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = TINY if args.tiny else PINNED
     args.ours = autotune.register_transformers()
-    longest = max([*args.prefill, *(c + 16 for c in args.cache),
-                   args.decode_cache + 1, args.prompt + args.new_tokens])
+    longest = max(
+        [
+            *args.prefill,
+            *(c + 16 for c in args.cache),
+            args.decode_cache + 1,
+            args.prompt + args.new_tokens,
+        ]
+    )
     model = build_model(shape, args.device, longest + 16)
     impls = [args.ours, "sdpa", *available(list(OTHERS))]
     timer = Timer(args.device)
     doc: dict[str, Any] = {
-        "command": "benchmarks/e2e_model.py " + " ".join(argv if argv is not None
-                                                         else sys.argv[1:]),
-        "model": {**shape, "head_dim": shape["hidden"] // shape["heads"],
-                  "dtype": "bf16" if args.device == "cuda" else "fp32"},
+        "command": "benchmarks/e2e_model.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": {
+            **shape,
+            "head_dim": shape["hidden"] // shape["heads"],
+            "dtype": "bf16" if args.device == "cuda" else "fp32",
+        },
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__, "implementations": impls, "rows": []}
+        "torch": torch.__version__,
+        "implementations": impls,
+        "rows": [],
+    }
     started = time.monotonic()
     for row in rows_of(args):
         if args.stop_after is not None and time.monotonic() - started > args.stop_after:
@@ -325,9 +393,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label(row):<34} error: {done['error'][:120]}", flush=True)
         else:
             ms = done["median_ms"]
-            print(f"{label(row):<34} ours {ms['ours']:9.3f} ms  sdpa {ms['sdpa']:9.3f} ms  "
-                  f"{done['speedup']:.3f}x ({done['speedup_p20']:.3f}-{done['speedup_p80']:.3f})"
-                  f"  kernels {done['kernels']}", flush=True)
+            print(
+                f"{label(row):<34} ours {ms['ours']:9.3f} ms  sdpa {ms['sdpa']:9.3f} ms  "
+                f"{done['speedup']:.3f}x ({done['speedup_p20']:.3f}-{done['speedup_p80']:.3f})"
+                f"  kernels {done['kernels']}",
+                flush=True,
+            )
     if args.plot:
         try:
             plot(doc["rows"], args.plot)

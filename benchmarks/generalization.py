@@ -78,8 +78,13 @@ class Drawn:
     problem: Any  # autotune.model.Problem
 
     def row(self) -> dict[str, Any]:
-        return {"index": self.index, "model": self.model, "kind": self.kind,
-                "layout": self.layout, "problem": self.problem.as_dict()}
+        return {
+            "index": self.index,
+            "model": self.model,
+            "kind": self.kind,
+            "layout": self.layout,
+            "problem": self.problem.as_dict(),
+        }
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -111,8 +116,9 @@ def draw(seed: int, count: int) -> list[Drawn]:
             batch = max(1, min(batch, MAX_KV_BYTES // per_sequence))
         else:
             # Mostly whole prompts; a chunked prefill (fewer queries than keys) now and then.
-            seqlen_q = seqlen_k if rng.random() < 0.7 else _odd_length(rng, MIN_LENGTH,
-                                                                       seqlen_k + 1)
+            seqlen_q = (
+                seqlen_k if rng.random() < 0.7 else _odd_length(rng, MIN_LENGTH, seqlen_k + 1)
+            )
             causal = rng.random() < 0.8
             batch = max(1, min(batch, MAX_PREFILL_TOKENS // seqlen_k))
         problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal)
@@ -161,19 +167,23 @@ def fitted_problems(model_paths: list[str]) -> dict[Any, str]:
 
 
 def model_files(given: list[str] | None) -> list[str]:
-    return given if given is not None else sorted(str(p) for p in (ROOT / "db").glob(
-        "*.model.json"))
+    return (
+        given if given is not None else sorted(str(p) for p in (ROOT / "db").glob("*.model.json"))
+    )
 
 
 def checked_draw(args: argparse.Namespace) -> list[Drawn]:
     """The drawn problems, or SystemExit naming those the fit data holds."""
     drawn = draw(args.seed, args.count)
     seen = fitted_problems(model_files(args.model))
-    clashes = [f"  {d.problem.describe()}: in {seen[d.problem]}" for d in drawn
-               if d.problem in seen]
+    clashes = [
+        f"  {d.problem.describe()}: in {seen[d.problem]}" for d in drawn if d.problem in seen
+    ]
     if clashes:
-        raise SystemExit(f"seed {args.seed} drew problems the tuning or the model's fit "
-                         "saw: this would not measure generalization\n" + "\n".join(clashes))
+        raise SystemExit(
+            f"seed {args.seed} drew problems the tuning or the model's fit "
+            "saw: this would not measure generalization\n" + "\n".join(clashes)
+        )
     return drawn
 
 
@@ -182,13 +192,24 @@ def cmd_draw(args: argparse.Namespace) -> int:
     group = set(exhaustive_group(drawn, args.exhaustive, args.seed))
     for d in drawn:
         search = "exhaustive" if d.index in group else "budget"
-        print(f"{d.index:3d} {d.model:<14} {d.kind:<8} {d.layout} {search:<10} "
-              f"{d.problem.describe()}")
+        print(
+            f"{d.index:3d} {d.model:<14} {d.kind:<8} {d.layout} {search:<10} "
+            f"{d.problem.describe()}"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"seed": args.seed, "problems": [{**d.row(), "search": "exhaustive" if d.index in
-                                              group else "budget"} for d in drawn]},
-            indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "seed": args.seed,
+                    "problems": [
+                        {**d.row(), "search": "exhaustive" if d.index in group else "budget"}
+                        for d in drawn
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 
@@ -198,23 +219,34 @@ def _shape_file(problems: list[Any], path: Path) -> None:
         lines.append(
             f"  {{ batch = {p.batch}, heads_q = {p.heads_q}, heads_kv = {p.heads_kv}, "
             f"seqlen_q = {p.seqlen_q}, seqlen_k = {p.seqlen_k}, head_dim = {p.head_dim}, "
-            f'dtype = "{p.dtype}", causal = {str(p.causal).lower()} }},')
+            f'dtype = "{p.dtype}", causal = {str(p.causal).lower()} }},'
+        )
     lines.append("]")
     path.write_text("\n".join(lines) + "\n")
 
 
-def search_commands(drawn: list[Drawn], args: argparse.Namespace, folder: Path
-                    ) -> list[list[str]]:
+def search_commands(drawn: list[Drawn], args: argparse.Namespace, folder: Path) -> list[list[str]]:
     """The `cute-autotune tune` runs of the search: the exhaustive group, then the rest."""
     group = set(exhaustive_group(drawn, args.exhaustive, args.seed))
-    base = [sys.executable, "-m", "autotune.cli", "tune", "--db", args.scratch_db,
-            "--skip-tuned", "--quiet"]
+    base = [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "tune",
+        "--db",
+        args.scratch_db,
+        "--skip-tuned",
+        "--quiet",
+    ]
     runs = []
     for name, members, extra in (
-            ("exhaustive", [d for d in drawn if d.index in group],
-             ["--sampler", "grid", "--trials", "1000000"]),
-            ("budget", [d for d in drawn if d.index not in group],
-             ["--trials", str(args.budget)])):
+        (
+            "exhaustive",
+            [d for d in drawn if d.index in group],
+            ["--sampler", "grid", "--trials", "1000000"],
+        ),
+        ("budget", [d for d in drawn if d.index not in group], ["--trials", str(args.budget)]),
+    ):
         if not members:
             continue
         path = folder / f"{name}.toml"
@@ -265,12 +297,14 @@ def _best_callables(problem: Any, scratch_db: str | None, layout: str):  # type:
         def sdpa(q: Any, k: Any, v: Any) -> dict[str, Any]:
             qb, kb, vb = (t if layout == "bhld" else t.transpose(1, 2) for t in (q, k, v))
             return {"best": _sdpa(qb, kb, vb, problem.causal, backend)}
+
         return sdpa, config.to_json()
     build = compile_config(config, target_for_device(0))
     kernel = CompiledKernel(build)
 
     def ours(q: Any, k: Any, v: Any) -> dict[str, Any]:
         return {"best": lambda: kernel(q, k, v, layout=layout)}
+
     return ours, config.to_json()
 
 
@@ -278,8 +312,11 @@ def _twin(problem: Any) -> Any | None:
     """The bf16 twin of an fp16 decode problem with GQA and 4-16 query tokens."""
     from dataclasses import replace
 
-    if problem.dtype == "fp16" and problem.heads_q != problem.heads_kv \
-            and 4 <= problem.seqlen_q <= 16:
+    if (
+        problem.dtype == "fp16"
+        and problem.heads_q != problem.heads_kv
+        and 4 <= problem.seqlen_q <= 16
+    ):
         return replace(problem, dtype="bf16")
     return None
 
@@ -319,9 +356,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
         twin = _twin(d.problem)
         if twin is not None:
             twin_row = alternating(twin, calls=args.calls, layout=d.layout)
-            row["twin"] = {"shape": twin_row["shape"],
-                           "speedup_vs_sdpa_default": twin_row["speedup_vs_sdpa_default"],
-                           "median_us": twin_row["median_us"]}
+            row["twin"] = {
+                "shape": twin_row["shape"],
+                "speedup_vs_sdpa_default": twin_row["speedup_vs_sdpa_default"],
+                "median_us": twin_row["median_us"],
+            }
         doc["rows"].append(row)
         out.write_text(json.dumps(doc, indent=1) + "\n")  # each row kept as it is measured
         print(_line(row), flush=True)
@@ -333,9 +372,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def _line(row: dict[str, Any]) -> str:
     times = row["median_us"]
     best = f"best {times['best']:9.1f} us" if "best" in times else "best (not searched)"
-    return (f"{row['index']:3d} {row['kind']:<7} {row['layout']} {row['shape']:<40} ours "
-            f"{times['ours']:9.1f} us SDPA {times['sdpa_default']:9.1f} us {best} "
-            f"{row['speedup_vs_sdpa_default']:.3f}x  {str(row['dispatch'])[:50]}")
+    return (
+        f"{row['index']:3d} {row['kind']:<7} {row['layout']} {row['shape']:<40} ours "
+        f"{times['ours']:9.1f} us SDPA {times['sdpa_default']:9.1f} us {best} "
+        f"{row['speedup_vs_sdpa_default']:.3f}x  {str(row['dispatch'])[:50]}"
+    )
 
 
 def geomean(values: list[float]) -> float:
@@ -348,27 +389,41 @@ def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
     verdict: dict[str, Any] = {
         "rows": len(rows),
         "speedup_geomean": geomean([r["speedup_vs_sdpa_default"] for r in rows]),
-        "floor": {"holds": not below, "below": [r["shape"] for r in below]}}
+        "floor": {"holds": not below, "below": [r["shape"] for r in below]},
+    }
     for group in ("exhaustive", "budget"):
         searched = [r for r in rows if r["search"] == group and "best" in r["median_us"]]
-        regrets = [r["median_us"]["ours"] / min(v for k, v in r["median_us"].items()
-                                                if k != "ours") for r in searched]
+        regrets = [
+            r["median_us"]["ours"] / min(v for k, v in r["median_us"].items() if k != "ours")
+            for r in searched
+        ]
         verdict[f"regret_{group}"] = {
             "searched": len(searched),
             "of": sum(r["search"] == group for r in rows),
             "geomean": geomean(regrets) if regrets else None,
             "worst": max(regrets) if regrets else None,
-            "holds": bool(regrets) and geomean(regrets) <= REGRET_GEOMEAN
-            and max(regrets) <= REGRET_WORST}
-    fp16 = [r for r in rows if "twin" in r and r["problem"]["batch"] * r["problem"]["seqlen_k"]
-            >= 16384]
-    off_twin = [r["shape"] for r in fp16 if r["speedup_vs_sdpa_default"]
-                < (1 - TWIN_TOLERANCE) * r["twin"]["speedup_vs_sdpa_default"]]
+            "holds": bool(regrets)
+            and geomean(regrets) <= REGRET_GEOMEAN
+            and max(regrets) <= REGRET_WORST,
+        }
+    fp16 = [
+        r
+        for r in rows
+        if "twin" in r and r["problem"]["batch"] * r["problem"]["seqlen_k"] >= 16384
+    ]
+    off_twin = [
+        r["shape"]
+        for r in fp16
+        if r["speedup_vs_sdpa_default"]
+        < (1 - TWIN_TOLERANCE) * r["twin"]["speedup_vs_sdpa_default"]
+    ]
     fp16_mean = geomean([r["speedup_vs_sdpa_default"] for r in fp16])
     verdict["fp16_decode_gqa"] = {
-        "rows": len(fp16), "geomean": fp16_mean if fp16 else None,
+        "rows": len(fp16),
+        "geomean": fp16_mean if fp16 else None,
         "below_twin": off_twin,
-        "holds": bool(fp16) and fp16_mean >= FP16_DECODE_GEOMEAN and not off_twin}
+        "holds": bool(fp16) and fp16_mean >= FP16_DECODE_GEOMEAN and not off_twin,
+    }
     return verdict
 
 
@@ -384,32 +439,53 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     actions = parser.add_subparsers(dest="action", required=True)
-    for name, func, text in (("draw", cmd_draw, "list the drawn problems (no GPU)"),
-                             ("search", cmd_search, "tune them into the scratch database"),
-                             ("measure", cmd_measure, "time them in the alternating check")):
+    for name, func, text in (
+        ("draw", cmd_draw, "list the drawn problems (no GPU)"),
+        ("search", cmd_search, "tune them into the scratch database"),
+        ("measure", cmd_measure, "time them in the alternating check"),
+    ):
         p = actions.add_parser(name, help=text)
         p.add_argument("--seed", type=int, required=True)
         p.add_argument("--count", type=int, default=60, help="problems drawn (default 60)")
-        p.add_argument("--exhaustive", type=int, default=16,
-                       help="problems searched exhaustively (default 16)")
-        p.add_argument("--model", action="append",
-                       help="a performance model whose fit problems may not be drawn "
-                       "(repeatable; default: every db/*.model.json)")
+        p.add_argument(
+            "--exhaustive",
+            type=int,
+            default=16,
+            help="problems searched exhaustively (default 16)",
+        )
+        p.add_argument(
+            "--model",
+            action="append",
+            help="a performance model whose fit problems may not be drawn "
+            "(repeatable; default: every db/*.model.json)",
+        )
         p.set_defaults(func=func)
         if name == "draw":
             p.add_argument("--json", help="write the drawn problems here")
             continue
-        p.add_argument("--scratch-db", required=name == "search",
-                       help="SQLAlchemy URL of the search's database")
-        p.add_argument("--stop-after", type=float, default=480,
-                       help="start no new problem after this many seconds (default 480)")
+        p.add_argument(
+            "--scratch-db",
+            required=name == "search",
+            help="SQLAlchemy URL of the search's database",
+        )
+        p.add_argument(
+            "--stop-after",
+            type=float,
+            default=480,
+            help="start no new problem after this many seconds (default 480)",
+        )
         if name == "search":
-            p.add_argument("--budget", type=int, default=160,
-                           help="trials per family outside the exhaustive group (default 160: "
-                           "4x tune's default)")
+            p.add_argument(
+                "--budget",
+                type=int,
+                default=160,
+                help="trials per family outside the exhaustive group (default 160: "
+                "4x tune's default)",
+            )
             p.add_argument("--dry-run", action="store_true", help="print the commands only")
         else:
             p.add_argument("--json", required=True, help="rows (kept and resumed)")

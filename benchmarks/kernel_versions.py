@@ -41,8 +41,10 @@ def import_tree(tree: Path, name: str = "autotune_old") -> ModuleType:
     """The old tree's package as `name`. Its launcher extension gets a module name of its own
     (CPython keeps one extension module per name in a process): the tree is a scratch copy,
     and the launcher is not part of the kernels' source hash, so its cubins stay the same."""
-    for path in (tree / "kernel_src" / "launcher" / "launcher.cpp",
-                 tree / "autotune" / "launcher.py"):
+    for path in (
+        tree / "kernel_src" / "launcher" / "launcher.cpp",
+        tree / "autotune" / "launcher.py",
+    ):
         text = path.read_text()
         if "_cute_autotune_launcher_old" not in text:
             path.write_text(text.replace("_cute_autotune_launcher", "_cute_autotune_launcher_old"))
@@ -94,17 +96,30 @@ def compare(problem: Problem, config: Config, new: Any, old: Any) -> dict[str, A
         errors[name] = float((outs[name].float() - ref.float()).abs().max())
         assert math.isfinite(errors[name]) and errors[name] < 5e-2, (name, errors[name])
     sdpa = sdpa_call("default", q, k, v, causal=problem.causal, scale=None, layout="bhld")
-    timings = measure({
-        "new": lambda _i: new(q, k, v, out=outs["new"]),
-        "old": lambda _i: old(q, k, v, out=outs["old"]),
-        "sdpa_default": lambda _i: sdpa(),
-    })
-    return {"shape": problem.describe(), "problem": problem.as_dict(),
-            "config": config.as_dict(), "name": load_space(config.family).name_of(config),
-            "max_abs_error": errors,
-            **{n: {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us,
-                   "tflops": problem.tflops(t.median_us)} for n, t in timings.items()},
-            "new_over_old": timings["old"].median_us / timings["new"].median_us}
+    timings = measure(
+        {
+            "new": lambda _i: new(q, k, v, out=outs["new"]),
+            "old": lambda _i: old(q, k, v, out=outs["old"]),
+            "sdpa_default": lambda _i: sdpa(),
+        }
+    )
+    return {
+        "shape": problem.describe(),
+        "problem": problem.as_dict(),
+        "config": config.as_dict(),
+        "name": load_space(config.family).name_of(config),
+        "max_abs_error": errors,
+        **{
+            n: {
+                "median_us": t.median_us,
+                "p20_us": t.p20_us,
+                "p80_us": t.p80_us,
+                "tflops": problem.tflops(t.median_us),
+            }
+            for n, t in timings.items()
+        },
+        "new_over_old": timings["old"].median_us / timings["new"].median_us,
+    }
 
 
 def main() -> int:
@@ -129,26 +144,38 @@ def main() -> int:
     old_kernel = importlib.import_module("autotune_old.kernel")
     old_builds = old_compiler.compile_many(
         [old_config.Config.from_dict(c.as_dict()) for c in configs],
-        old.target_for_arch(f"sm_{target.cc}"), jobs=args.jobs)
+        old.target_for_arch(f"sm_{target.cc}"),
+        jobs=args.jobs,
+    )
     print(f"built {len(configs)} configs twice in {time.monotonic() - start:.0f} s", flush=True)
 
     rows = []
-    for problem, config, new_build, old_build in zip(problems, configs, new_builds, old_builds,
-                                                     strict=True):
+    for problem, config, new_build, old_build in zip(
+        problems, configs, new_builds, old_builds, strict=True
+    ):
         assert new_build.ok and old_build.ok, (new_build.message, old_build.message)
-        row = compare(problem, config, CompiledKernel(new_build),
-                      old_kernel.CompiledKernel(old_build))
+        row = compare(
+            problem, config, CompiledKernel(new_build), old_kernel.CompiledKernel(old_build)
+        )
         rows.append(row)
-        print(f"{problem.describe():44s} old {row['old']['median_us']:8.1f} us  new "
-              f"{row['new']['median_us']:8.1f} us  new/old {row['new_over_old']:.3f}  "
-              f"sdpa {row['sdpa_default']['median_us']:8.1f} us", flush=True)
+        print(
+            f"{problem.describe():44s} old {row['old']['median_us']:8.1f} us  new "
+            f"{row['new']['median_us']:8.1f} us  new/old {row['new_over_old']:.3f}  "
+            f"sdpa {row['sdpa_default']['median_us']:8.1f} us",
+            flush=True,
+        )
 
     ratios = [r["new_over_old"] for r in rows]
-    summary = {"shapes": args.shapes, "family": args.family, "problems": len(rows),
-               "geomean_new_over_old": math.exp(statistics.fmean(math.log(x) for x in ratios)),
-               "worst_new_over_old": min(ratios), "best_new_over_old": max(ratios),
-               "regime": "flushed-alternating-1 (old, new, SDPA default)",
-               "command": " ".join(["python", *sys.argv])}
+    summary = {
+        "shapes": args.shapes,
+        "family": args.family,
+        "problems": len(rows),
+        "geomean_new_over_old": math.exp(statistics.fmean(math.log(x) for x in ratios)),
+        "worst_new_over_old": min(ratios),
+        "best_new_over_old": max(ratios),
+        "regime": "flushed-alternating-1 (old, new, SDPA default)",
+        "command": " ".join(["python", *sys.argv]),
+    }
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))

@@ -1,15 +1,15 @@
 """Merge the pieces of a run spread over several device calls (a call ends at 10 minutes):
 
-    python benchmarks/merge.py checks OUT.json CHECK.json... --command "..."
-        `cute-autotune check --json` reports into one evidence file with totals
-    python benchmarks/merge.py recordings OUT.json.gz PIECE.json.gz...
-        recordings of one family by several sweep.py runs into the one file `--replay` takes
-        (same GPU, family and kernel sources; different problems; each problem keeps the
-        timing settings it was recorded with)
-    python benchmarks/merge.py pieces TARGET_URL PIECE.db:HEAD_DIM:DTYPE...
-        the best configs of tuning pieces run in parallel (one database copy per GPU) back
-        into the session's database: only the problems of each piece's own head dim and dtype,
-        through `export` / `import --overwrite` (every entry validated, rows marked imported)
+python benchmarks/merge.py checks OUT.json CHECK.json... --command "..."
+    `cute-autotune check --json` reports into one evidence file with totals
+python benchmarks/merge.py recordings OUT.json.gz PIECE.json.gz...
+    recordings of one family by several sweep.py runs into the one file `--replay` takes
+    (same GPU, family and kernel sources; different problems; each problem keeps the
+    timing settings it was recorded with)
+python benchmarks/merge.py pieces TARGET_URL PIECE.db:HEAD_DIM:DTYPE...
+    the best configs of tuning pieces run in parallel (one database copy per GPU) back
+    into the session's database: only the problems of each piece's own head dim and dtype,
+    through `export` / `import --overwrite` (every entry validated, rows marked imported)
 """
 
 from __future__ import annotations
@@ -28,15 +28,25 @@ def _parts(report: dict[str, Any]) -> list[dict[str, Any]]:
     """A check report is one part; an already merged file brings its parts along."""
     if "parts" in report:
         return list(report["parts"])
-    return [{"command": report["command"], "seed": report["seed"], "valid": report["valid"],
-             "compiled": report["compiled"], "passed": report["passed"]}]
+    return [
+        {
+            "command": report["command"],
+            "seed": report["seed"],
+            "valid": report["valid"],
+            "compiled": report["compiled"],
+            "passed": report["passed"],
+        }
+    ]
 
 
 def merge_checks(output: str, paths: list[str], command: str) -> int:
     reports = [json.loads(Path(p).read_text()) for p in sorted(paths)]
     merged = {
-        "gpu": reports[0]["gpu"], "arch": reports[0]["arch"], "nvcc": reports[0]["nvcc"],
-        "cutlass": reports[0]["cutlass"], "command": command,
+        "gpu": reports[0]["gpu"],
+        "arch": reports[0]["arch"],
+        "nvcc": reports[0]["nvcc"],
+        "cutlass": reports[0]["cutlass"],
+        "command": command,
         "parts": [part for r in reports for part in _parts(r)],
     }
     for key in ("considered", "valid", "compiled", "passed"):
@@ -44,9 +54,11 @@ def merge_checks(output: str, paths: list[str], command: str) -> int:
     for key in ("spilling", "failures", "results"):
         merged[key] = [item for r in reports for item in r[key]]
     Path(output).write_text(json.dumps(merged, indent=1))
-    print(f"{len(reports)} reports: {merged['valid']} valid, {merged['compiled']} compiled, "
-          f"{merged['passed']} passed, {len(merged['spilling'])} spill, "
-          f"{len(merged['failures'])} failures")
+    print(
+        f"{len(reports)} reports: {merged['valid']} valid, {merged['compiled']} compiled, "
+        f"{merged['passed']} passed, {len(merged['spilling'])} spill, "
+        f"{len(merged['failures'])} failures"
+    )
     return 0
 
 
@@ -82,8 +94,10 @@ def merge_recordings(output: str, paths: list[Path]) -> int:
     merged = merge_recording([read_recording(p) for p in paths])
     text = json.dumps(merged, separators=(",", ":")).encode()
     Path(output).write_bytes(gzip.compress(text, mtime=0) if output.endswith(".gz") else text)
-    print(f"{output}: {merged['family']}, {len(merged['shapes'])} problems, "
-          f"{sum(len(s['configs']) for s in merged['shapes'])} rows")
+    print(
+        f"{output}: {merged['family']}, {len(merged['shapes'])} problems, "
+        f"{sum(len(s['configs']) for s in merged['shapes'])} rows"
+    )
     return 0
 
 
@@ -92,8 +106,11 @@ def merge_pieces(target_url: str, pieces: list[str]) -> int:
     for piece in pieces:
         path, head_dim, dtype = piece.rsplit(":", 2)
         data = TuningStore(f"sqlite:///{path}").export()
-        data["results"] = [r for r in data["results"] if r["problem"]["head_dim"] == int(head_dim)
-                           and r["problem"]["dtype"] == dtype]
+        data["results"] = [
+            r
+            for r in data["results"]
+            if r["problem"]["head_dim"] == int(head_dim) and r["problem"]["dtype"] == dtype
+        ]
         if not data["results"]:
             print(f"{piece}: no best config of D={head_dim} {dtype}", file=sys.stderr)
             return 1

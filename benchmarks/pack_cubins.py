@@ -26,8 +26,9 @@ from autotune.model import Config, target_for_arch
 from autotune.store import TuningStore
 
 
-def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int
-                ) -> tuple[list[Path], list[str]]:
+def config_dirs(
+    cache: ArtifactCache, configs: list[Config], arch: int
+) -> tuple[list[Path], list[str]]:
     target = target_for_arch(arch)
     found, missing = [], []
     for config in configs:
@@ -39,16 +40,18 @@ def config_dirs(cache: ArtifactCache, configs: list[Config], arch: int
     return sorted(set(found)), missing
 
 
-def family_dirs(cache: ArtifactCache, family: str, arch: int,
-                head_dims: list[int] | None = None) -> list[Path]:
+def family_dirs(
+    cache: ArtifactCache, family: str, arch: int, head_dims: list[int] | None = None
+) -> list[Path]:
     """Entries of the family that the current sources and toolchain would build (the key of
     an older build no longer matches, so it stays behind), optionally of some head dims."""
     target = target_for_arch(arch)
     dirs = []
     for directory in sorted((cache.root / family).glob("*")):
         try:
-            config = Config.from_json(json.dumps(
-                json.loads((directory / "build.json").read_text())["config"]))
+            config = Config.from_json(
+                json.dumps(json.loads((directory / "build.json").read_text())["config"])
+            )
         except (OSError, ValueError, KeyError):
             continue
         if head_dims and config["head_dim"] not in head_dims:
@@ -65,10 +68,10 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, required=True, help="the kernel cache directory")
     ap.add_argument("--db", help="pack the cubins of this database's best configs")
     ap.add_argument("--family", help="pack every current cubin of this family")
-    ap.add_argument("--configs", type=Path,
-                    help="pack the cubins of the configs in this JSON list")
-    ap.add_argument("--head-dim", type=int, nargs="+",
-                    help="with --family: only these head dims")
+    ap.add_argument(
+        "--configs", type=Path, help="pack the cubins of the configs in this JSON list"
+    )
+    ap.add_argument("--head-dim", type=int, nargs="+", help="with --family: only these head dims")
     ap.add_argument("--arch", type=int, default=90, help="compute capability of the GPU host")
     args = ap.parse_args()
     cache = ArtifactCache(args.cache)
@@ -86,8 +89,10 @@ def main() -> int:
     with tarfile.open(args.out, "w:gz") as tar:
         for directory in dirs:
             tar.add(directory, arcname=str(directory.relative_to(args.cache)))
-    print(f"{args.out}: {len(dirs)} cubins, {args.out.stat().st_size / 2**20:.1f} MiB"
-          + (f"; {len(missing)} best configs have no cubin in {args.cache}" if missing else ""))
+    print(
+        f"{args.out}: {len(dirs)} cubins, {args.out.stat().st_size / 2**20:.1f} MiB"
+        + (f"; {len(missing)} best configs have no cubin in {args.cache}" if missing else "")
+    )
     for config in missing:
         print(f"  missing: {config}", file=sys.stderr)
     return 0

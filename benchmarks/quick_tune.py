@@ -37,8 +37,9 @@ def chosen(seed: int, count: int) -> list[Drawn]:
     place of its kind when the first picks lack it)."""
     pool = draw(seed, 20 * count)
     half = count // 2
-    picked = [d for d in pool if d.kind == "prefill"][:half] + \
-        [d for d in pool if d.kind == "decode"][: count - half]
+    picked = [d for d in pool if d.kind == "prefill"][:half] + [
+        d for d in pool if d.kind == "decode"
+    ][: count - half]
     for wanted in (lambda d: d.problem.head_dim == 256, lambda d: d.problem.dtype == "fp16"):
         if not any(wanted(d) for d in picked):
             extra = next(d for d in pool if wanted(d) and d not in picked)
@@ -48,37 +49,73 @@ def chosen(seed: int, count: int) -> list[Drawn]:
 
 
 def problem_args(problem: Any) -> list[str]:
-    return ["--batch", str(problem.batch), "--heads-q", str(problem.heads_q),
-            "--heads-kv", str(problem.heads_kv), "--seqlen-q", str(problem.seqlen_q),
-            "--seqlen-k", str(problem.seqlen_k), "--head-dim", str(problem.head_dim),
-            "--dtype", problem.dtype, "--causal", str(problem.causal).lower()]
+    return [
+        "--batch",
+        str(problem.batch),
+        "--heads-q",
+        str(problem.heads_q),
+        "--heads-kv",
+        str(problem.heads_kv),
+        "--seqlen-q",
+        str(problem.seqlen_q),
+        "--seqlen-k",
+        str(problem.seqlen_k),
+        "--head-dim",
+        str(problem.head_dim),
+        "--dtype",
+        problem.dtype,
+        "--causal",
+        str(problem.causal).lower(),
+    ]
 
 
 def timed_tune(problem: Any, db: str, extra: list[str], cache: str) -> dict[str, Any]:
     """One `cute-autotune tune` process: its wall time and its outcome (--json)."""
     out = Path(tempfile.mkdtemp()) / "tune.json"
-    command = [sys.executable, "-m", "autotune.cli", "tune", "--db", db, "--quiet",
-               "--json", str(out), *problem_args(problem), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "tune",
+        "--db",
+        db,
+        "--quiet",
+        "--json",
+        str(out),
+        *problem_args(problem),
+        *extra,
+    ]
     env = {**os.environ, "CUTE_AUTOTUNE_CACHE": cache}
     start = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
     outcome = json.loads(out.read_text())[0] if out.exists() else None
-    return {"command": " ".join(command[2:]), "wall_s": round(wall, 1), "rc": done.returncode,
-            "outcome": outcome, "stderr_tail": done.stderr[-1500:]}
+    return {
+        "command": " ".join(command[2:]),
+        "wall_s": round(wall, 1),
+        "rc": done.returncode,
+        "outcome": outcome,
+        "stderr_tail": done.stderr[-1500:],
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--count", type=int, default=8)
     parser.add_argument("--json", required=True, help="rows (kept and resumed)")
-    parser.add_argument("--reference-trials", type=int, default=0,
-                        help="trials per family of the plain search to compare with (0: none)")
+    parser.add_argument(
+        "--reference-trials",
+        type=int,
+        default=0,
+        help="trials per family of the plain search to compare with (0: none)",
+    )
     parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--perf-model", help="passed to `tune --quick` (default: the shipped "
-                        "model of the GPU)")
+    parser.add_argument(
+        "--perf-model", help="passed to `tune --quick` (default: the shipped model of the GPU)"
+    )
     parser.add_argument("--stop-after", type=float, default=480)
     args = parser.parse_args()
     out = Path(args.json)
@@ -86,9 +123,11 @@ def main() -> int:
     done = {row["index"] for row in doc["rows"]}
     work = Path(tempfile.mkdtemp(prefix="quick-tune-"))
     base = work / "cache-base"
-    subprocess.run([sys.executable, "-c", "from autotune.launch import launcher_path; "
-                    "launcher_path()"], env={**os.environ, "CUTE_AUTOTUNE_CACHE": str(base)},
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", "from autotune.launch import launcher_path; launcher_path()"],
+        env={**os.environ, "CUTE_AUTOTUNE_CACHE": str(base)},
+        check=True,
+    )
     started = time.monotonic()
     for d in chosen(args.seed, args.count):
         if d.index in done:
@@ -100,21 +139,33 @@ def main() -> int:
         cache = work / f"cache-{d.index}"  # no cubin; the launcher built above
         cache.mkdir()
         (cache / "launcher").symlink_to(base / "launcher")
-        row: dict[str, Any] = {**d.row(), "shape": d.problem.describe(),
-                               "kernel_pack": os.environ.get("CUTE_AUTOTUNE_KERNELS"),
-                               "quick": timed_tune(d.problem, quick_db, ["--quick", *(
-                                   ["--perf-model", args.perf_model] if args.perf_model
-                                   else [])], str(cache))}
-        print(f"{d.index:3d} {d.kind:<7} {d.problem.describe():<40} quick "
-              f"{row['quick']['wall_s']:6.1f} s rc {row['quick']['rc']}", flush=True)
+        row: dict[str, Any] = {
+            **d.row(),
+            "shape": d.problem.describe(),
+            "kernel_pack": os.environ.get("CUTE_AUTOTUNE_KERNELS"),
+            "quick": timed_tune(
+                d.problem,
+                quick_db,
+                ["--quick", *(["--perf-model", args.perf_model] if args.perf_model else [])],
+                str(cache),
+            ),
+        }
+        print(
+            f"{d.index:3d} {d.kind:<7} {d.problem.describe():<40} quick "
+            f"{row['quick']['wall_s']:6.1f} s rc {row['quick']['rc']}",
+            flush=True,
+        )
         if args.reference_trials:
             ref_db = f"sqlite:///{work}/ref-{d.index}.db"
-            row["reference"] = timed_tune(d.problem, ref_db,
-                                          ["--trials", str(args.reference_trials)],
-                                          str(cache))
+            row["reference"] = timed_tune(
+                d.problem, ref_db, ["--trials", str(args.reference_trials)], str(cache)
+            )
             row.update(_together(d, quick_db, ref_db, args.calls))
-            print(f"    reference {row['reference']['wall_s']:6.1f} s; quick over reference "
-                  f"{row.get('quick_over_reference', float('nan')):.3f}", flush=True)
+            print(
+                f"    reference {row['reference']['wall_s']:6.1f} s; quick over reference "
+                f"{row.get('quick_over_reference', float('nan')):.3f}",
+                flush=True,
+            )
         doc["rows"].append(row)
         out.write_text(json.dumps(doc, indent=1) + "\n")
     doc["command"] = " ".join(sys.argv)
@@ -133,10 +184,15 @@ def _together(d: Drawn, quick_db: str, ref_db: str, calls: int) -> dict[str, Any
 
     def both(q: Any, k: Any, v: Any) -> dict[str, Any]:
         return {"quick": quick(q, k, v)["best"], "reference": ref(q, k, v)["best"]}
+
     row = alternating(d.problem, calls=calls, layout=d.layout, extra=both)
     times = row["median_us"]
-    return {"quick_config": quick_config, "reference_config": ref_config,
-            "together_us": times, "quick_over_reference": times["quick"] / times["reference"]}
+    return {
+        "quick_config": quick_config,
+        "reference_config": ref_config,
+        "together_us": times,
+        "quick_over_reference": times["quick"] / times["reference"],
+    }
 
 
 if __name__ == "__main__":

@@ -43,10 +43,11 @@ def readme_commands(text: str) -> list[str]:
 
 
 # Why a command that did not succeed here did not: each is the README's own precondition.
-EXPECTED = {"needs a GPU": ("needs a CUDA GPU", "none is visible here"),
-            "needs an earlier step's file": ("no tuning database", "cannot read",
-                                             "No such file"),
-            "refused, as the README shows": ("is not recorded in the replayed recordings",)}
+EXPECTED = {
+    "needs a GPU": ("needs a CUDA GPU", "none is visible here"),
+    "needs an earlier step's file": ("no tuning database", "cannot read", "No such file"),
+    "refused, as the README shows": ("is not recorded in the replayed recordings",),
+}
 
 
 def verdict(rc: int, output: str) -> str:
@@ -54,14 +55,16 @@ def verdict(rc: int, output: str) -> str:
         return "ok"
     if rc == -1:
         return "stopped (still running at the time limit)"
-    return next((why for why, marks in EXPECTED.items() if any(m in output for m in marks)),
-                "FAILED")
+    return next(
+        (why for why, marks in EXPECTED.items() if any(m in output for m in marks)), "FAILED"
+    )
 
 
 def _pages() -> str:
     """README.md and the docs/ pages, one text."""
-    return "\n".join(p.read_text() for p in [REPO / "README.md",
-                                             *sorted((REPO / "docs").glob("**/*.md"))])
+    return "\n".join(
+        p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+    )
 
 
 def main() -> int:
@@ -72,15 +75,24 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp())
     env = {**os.environ, "COLUMNS": "100", "CUTE_AUTOTUNE_DB": f"sqlite:///{scratch}/t.db"}
     (scratch / "demo").mkdir()
-    lines = [f"# {' '.join([Path(sys.executable).name, *sys.argv])} in {REPO.name} "
-             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"]
+    lines = [
+        f"# {' '.join([Path(sys.executable).name, *sys.argv])} in {REPO.name} "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
+    ]
     failures = 0
     for command in readme_commands(_pages()):
         start = time.monotonic()
         # its own process group: a command stopped at the time limit takes its children along
-        proc = subprocess.Popen(command.replace("/tmp/", f"{scratch}/"), shell=True, cwd=REPO,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            command.replace("/tmp/", f"{scratch}/"),
+            shell=True,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             output, _ = proc.communicate(timeout=args.timeout)
             rc = proc.returncode
@@ -95,8 +107,10 @@ def main() -> int:
         shown = output.splitlines()
         lines += shown if len(shown) <= 12 else [*shown[:6], "...", *shown[-5:]]
     Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"{len(readme_commands(_pages()))} commands, "
-          f"{failures} failed other than for want of a GPU; {args.out}")
+    print(
+        f"{len(readme_commands(_pages()))} commands, "
+        f"{failures} failed other than for want of a GPU; {args.out}"
+    )
     return 1 if failures else 0
 
 

@@ -36,9 +36,11 @@ def problems() -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
     for i, dim in enumerate(HEAD_DIMS):
         dtype = "bf16" if i % 2 else "fp16"
-        for problem in (Problem(2, 16, 16, 2047, 2047, dim, dtype, True),
-                        Problem(8, 32, 8, 1, 8191, dim, dtype, True),
-                        Problem(8, 40, 10, 1, 401, dim, dtype, True)):
+        for problem in (
+            Problem(2, 16, 16, 2047, 2047, dim, dtype, True),
+            Problem(8, 32, 8, 1, 8191, dim, dtype, True),
+            Problem(8, 40, 10, 1, 401, dim, dtype, True),
+        ):
             found.extend((layout, problem) for layout in ("bhld", "blhd"))
     return found
 
@@ -50,14 +52,27 @@ def scratch_results(device: Any, chosen: list[Any]) -> dict[str, Any]:
         # A plausible time (300 TFLOP/s or 2 TB/s): an import refuses impossible ones.
         us = max(problem.flops / 300e6, problem.bytes / 2e3)
         config = {"family": "sdpa", "backend": "default", **problem.space_values()}
-        entries.append({
-            "device": {"name": device.name, "compute_capability": device.compute_capability,
-                       "sm_count": device.sm_count, "driver_version": device.driver_version,
-                       "cuda_version": device.cuda_version},
-            "problem": problem.as_dict(), "family": "sdpa", "config": config,
-            "median_us": us, "tflops": problem.tflops(us), "sdpa_default_us": us,
-            "sdpa_flash_us": None, "trials": 0, "study": "sdpa-through-dispatch",
-            "source": "imported"})
+        entries.append(
+            {
+                "device": {
+                    "name": device.name,
+                    "compute_capability": device.compute_capability,
+                    "sm_count": device.sm_count,
+                    "driver_version": device.driver_version,
+                    "cuda_version": device.cuda_version,
+                },
+                "problem": problem.as_dict(),
+                "family": "sdpa",
+                "config": config,
+                "median_us": us,
+                "tflops": problem.tflops(us),
+                "sdpa_default_us": us,
+                "sdpa_flash_us": None,
+                "trials": 0,
+                "study": "sdpa-through-dispatch",
+                "source": "imported",
+            }
+        )
     return {"format": "cute-autotune-results", "version": 1, "results": entries}
 
 
@@ -110,8 +125,9 @@ def _profile(fn: Any, path: str, calls: int = 300) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--profile", help="write the profile of the smallest call here")
@@ -127,57 +143,97 @@ def main() -> int:
 
     chosen = problems()
     TuningStore(scratch).import_results(
-        scratch_results(device_info(0), sorted({p for _, p in chosen}, key=str)))
+        scratch_results(device_info(0), sorted({p for _, p in chosen}, key=str))
+    )
     autotune.configure(db=scratch, use_shipped=False)
     rows = []
-    print(f"{'problem':<40} {'layout':<6} {'through dispatch':>17} {'SDPA':>9}  ratio "
-          "(p20-p80)  same kernels  host us (ours / direct / direct+transposes)")
+    print(
+        f"{'problem':<40} {'layout':<6} {'through dispatch':>17} {'SDPA':>9}  ratio "
+        "(p20-p80)  same kernels  host us (ours / direct / direct+transposes)"
+    )
     for layout, problem in chosen:
         row = alternating(problem, calls=args.calls, layout=layout)
-        q, k, v = (torch.randn(problem.batch, length, heads, problem.head_dim, device="cuda",
-                               dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[
-                                   problem.dtype])
-                   for heads, length in ((problem.heads_q, problem.seqlen_q),
-                                         (problem.heads_kv, problem.seqlen_k),
-                                         (problem.heads_kv, problem.seqlen_k)))
+        q, k, v = (
+            torch.randn(
+                problem.batch,
+                length,
+                heads,
+                problem.head_dim,
+                device="cuda",
+                dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype],
+            )
+            for heads, length in (
+                (problem.heads_q, problem.seqlen_q),
+                (problem.heads_kv, problem.seqlen_k),
+                (problem.heads_kv, problem.seqlen_k),
+            )
+        )
         if layout == "bhld":
             q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
         qb, kb, vb = (t if layout == "bhld" else t.transpose(1, 2) for t in (q, k, v))
-        ours = _kernels(lambda q=q, k=k, v=v, layout=layout, problem=problem:
-                        autotune.attention(q, k, v, causal=problem.causal, layout=layout))
+        ours = _kernels(
+            lambda q=q, k=k, v=v, layout=layout, problem=problem: autotune.attention(
+                q, k, v, causal=problem.causal, layout=layout
+            )
+        )
         direct_call = _sdpa(qb, kb, vb, problem.causal, None)
         direct = _kernels(direct_call)
 
-        def through(q: Any = q, k: Any = k, v: Any = v, layout: str = layout,
-                    causal: bool = problem.causal) -> Any:
+        def through(
+            q: Any = q, k: Any = k, v: Any = v, layout: str = layout, causal: bool = problem.causal
+        ) -> Any:
             return autotune.attention(q, k, v, causal=causal, layout=layout)
 
-        def caller(q: Any = q, k: Any = k, v: Any = v, call: Any = direct_call,
-                   layout: str = layout, causal: bool = problem.causal) -> Any:
+        def caller(
+            q: Any = q,
+            k: Any = k,
+            v: Any = v,
+            call: Any = direct_call,
+            layout: str = layout,
+            causal: bool = problem.causal,
+        ) -> Any:
             if layout == "bhld":
                 return call()
-            return _sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                         causal, None)().transpose(1, 2)
+            return _sdpa(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, None
+            )().transpose(1, 2)
 
-        host = {"through_dispatch": _host_us(through), "direct": _host_us(direct_call),
-                "direct_with_transposes": _host_us(caller)}
-        if args.profile and problem.seqlen_k == 401 and layout == "blhd" \
-                and problem.head_dim == 128:
+        host = {
+            "through_dispatch": _host_us(through),
+            "direct": _host_us(direct_call),
+            "direct_with_transposes": _host_us(caller),
+        }
+        if (
+            args.profile
+            and problem.seqlen_k == 401
+            and layout == "blhd"
+            and problem.head_dim == 128
+        ):
             _profile(through, args.profile)
         ratio = row["ratio_vs_sdpa_default"]["ours"]
-        row.update({"kernels_through_dispatch": ours, "kernels_direct": direct,
-                    "same_kernels": ours == direct, "host_us": host,
-                    "dispatch_gpu_time_over_sdpa": 1 / row["speedup_vs_sdpa_default"]})
+        row.update(
+            {
+                "kernels_through_dispatch": ours,
+                "kernels_direct": direct,
+                "same_kernels": ours == direct,
+                "host_us": host,
+                "dispatch_gpu_time_over_sdpa": 1 / row["speedup_vs_sdpa_default"],
+            }
+        )
         rows.append(row)
         times = row["median_us"]
-        print(f"{problem.describe():<40} {layout:<6} {times['ours']:14.1f} us "
-              f"{times['sdpa_default']:6.1f} us  {row['dispatch_gpu_time_over_sdpa']:.3f} "
-              f"({1 / ratio['p80']:.3f}-{1 / ratio['p20']:.3f})  {ours == direct}"
-              f"  host {host['through_dispatch']:.1f} / {host['direct']:.1f} / "
-              f"{host['direct_with_transposes']:.1f} us  {row['dispatch'][:40]}", flush=True)
+        print(
+            f"{problem.describe():<40} {layout:<6} {times['ours']:14.1f} us "
+            f"{times['sdpa_default']:6.1f} us  {row['dispatch_gpu_time_over_sdpa']:.3f} "
+            f"({1 / ratio['p80']:.3f}-{1 / ratio['p20']:.3f})  {ours == direct}"
+            f"  host {host['through_dispatch']:.1f} / {host['direct']:.1f} / "
+            f"{host['direct_with_transposes']:.1f} us  {row['dispatch'][:40]}",
+            flush=True,
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows},
-                                              indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n"
+        )
     return 0
 
 

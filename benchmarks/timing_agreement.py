@@ -30,11 +30,17 @@ def agreement_entry(name: str, row: dict[str, Any]) -> dict[str, Any]:
     """One problem's three speed-ups over SDPA's default and their ratios."""
     check = row["alternating"]
     stored = row.get("stored_speedup_vs_sdpa_default")
-    entry = {"set": name, "shape": row["shape"], "dispatched": row["family"],
-             "sdpa_backend": row["sdpa_backend"], "stored": stored,
-             "bench": row["speedup_vs_sdpa_default"],
-             "alternating": check["speedup_vs_sdpa_default"],
-             "bench_regret": row["regret"], "alternating_regret": check["regret"]}
+    entry = {
+        "set": name,
+        "shape": row["shape"],
+        "dispatched": row["family"],
+        "sdpa_backend": row["sdpa_backend"],
+        "stored": stored,
+        "bench": row["speedup_vs_sdpa_default"],
+        "alternating": check["speedup_vs_sdpa_default"],
+        "bench_regret": row["regret"],
+        "alternating_regret": check["regret"],
+    }
     entry["stored_vs_bench"] = stored / entry["bench"] if stored else None
     entry["bench_vs_alternating"] = entry["bench"] / entry["alternating"]
     return entry
@@ -42,21 +48,32 @@ def agreement_entry(name: str, row: dict[str, Any]) -> dict[str, Any]:
 
 def spread(entries: list[dict[str, Any]], key: str) -> dict[str, float]:
     values = [e[key] for e in entries if e[key] is not None]
-    return {"min": min(values), "max": max(values),
-            "worst_abs_pct": 100 * max(abs(v - 1) for v in values)} if values else {}
+    return (
+        {
+            "min": min(values),
+            "max": max(values),
+            "worst_abs_pct": 100 * max(abs(v - 1) for v in values),
+        }
+        if values
+        else {}
+    )
 
 
 def agreement_document(device: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"device": device, "rows": entries,
-            "stored_vs_bench": spread(entries, "stored_vs_bench"),
-            "bench_vs_alternating": spread(entries, "bench_vs_alternating")}
+    return {
+        "device": device,
+        "rows": entries,
+        "stored_vs_bench": spread(entries, "stored_vs_bench"),
+        "bench_vs_alternating": spread(entries, "bench_vs_alternating"),
+    }
 
 
 def from_bench(files: list[str], agreement_json: str, merged: str | None) -> int:
     documents = [json.loads(Path(f).read_text()) for f in files]
     sets = {name: summary for d in documents for name, summary in d["sets"].items()}
-    entries = [agreement_entry(name, row) for name, summary in sets.items()
-               for row in summary["rows"]]
+    entries = [
+        agreement_entry(name, row) for name, summary in sets.items() for row in summary["rows"]
+    ]
     device = documents[0]["device"]
     Path(agreement_json).write_text(json.dumps(agreement_document(device, entries), indent=1))
     if merged:
@@ -103,28 +120,37 @@ def main() -> int:
             stored_speedup = entry["stored"]
             agreement.append(entry)
             rows.append(row)
-            print(f"{row['shape']:<40} {str(row['family']):<5} stored "
-                  f"{stored_speedup or math.nan:.3f}x bench {entry['bench']:.3f}x alternating "
-                  f"{entry['alternating']:.3f}x regret {row['regret']:.3f}/"
-                  f"{check['regret']:.3f}", flush=True)
+            print(
+                f"{row['shape']:<40} {str(row['family']):<5} stored "
+                f"{stored_speedup or math.nan:.3f}x bench {entry['bench']:.3f}x alternating "
+                f"{entry['alternating']:.3f}x regret {row['regret']:.3f}/"
+                f"{check['regret']:.3f}",
+                flush=True,
+            )
         summary = summarize(rows)
         summary["alternating_geomean_vs_sdpa_default"] = geomean(
-            [r["alternating"]["speedup_vs_sdpa_default"] for r in rows])
+            [r["alternating"]["speedup_vs_sdpa_default"] for r in rows]
+        )
         summary["alternating_worst_vs_sdpa_default"] = min(
-            r["alternating"]["speedup_vs_sdpa_default"] for r in rows)
+            r["alternating"]["speedup_vs_sdpa_default"] for r in rows
+        )
         summary["alternating_worst_regret"] = max(r["alternating"]["regret"] for r in rows)
         sets[name] = summary
-    Path(args.bench_json).write_text(json.dumps({"device": device.as_dict(), "sets": sets},
-                                                indent=1))
+    Path(args.bench_json).write_text(
+        json.dumps({"device": device.as_dict(), "sets": sets}, indent=1)
+    )
 
-    Path(args.agreement_json).write_text(json.dumps(
-        agreement_document(device.as_dict(), agreement), indent=1))
+    Path(args.agreement_json).write_text(
+        json.dumps(agreement_document(device.as_dict(), agreement), indent=1)
+    )
     for name, summary in sets.items():
-        print(f"{name}: bench geomean {summary['geomean_vs_sdpa_default']:.3f}x worst "
-              f"{summary['worst_vs_sdpa_default']:.3f}x regret {summary['worst_regret']:.3f}; "
-              f"alternating geomean {summary['alternating_geomean_vs_sdpa_default']:.3f}x "
-              f"worst {summary['alternating_worst_vs_sdpa_default']:.3f}x regret "
-              f"{summary['alternating_worst_regret']:.3f}")
+        print(
+            f"{name}: bench geomean {summary['geomean_vs_sdpa_default']:.3f}x worst "
+            f"{summary['worst_vs_sdpa_default']:.3f}x regret {summary['worst_regret']:.3f}; "
+            f"alternating geomean {summary['alternating_geomean_vs_sdpa_default']:.3f}x "
+            f"worst {summary['alternating_worst_vs_sdpa_default']:.3f}x regret "
+            f"{summary['alternating_worst_regret']:.3f}"
+        )
     print("stored/bench:", spread(agreement, "stored_vs_bench"))
     print("bench/alternating:", spread(agreement, "bench_vs_alternating"))
     return 0

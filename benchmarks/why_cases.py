@@ -46,8 +46,7 @@ def _compile_first(problems: list) -> None:  # type: ignore[type-arg]
         if config is not None and config.family != "sdpa":
             configs.append(config)
     built = compile_many(configs, target, jobs=os.cpu_count())
-    print(f"built {sum(b.ok for b in built)} of {len(built)} dispatched configs first",
-          flush=True)
+    print(f"built {sum(b.ok for b in built)} of {len(built)} dispatched configs first", flush=True)
 
 
 def main() -> int:
@@ -68,14 +67,21 @@ def main() -> int:
         row["case"] = what
         rows.append(row)
         times = row["median_us"]
-        backends = " ".join(f"{k[5:]} {v:.1f}" for k, v in times.items()
-                            if k.startswith("sdpa_") and k != "sdpa_default")
-        print(f"{what:<46} {problem.describe():<36} ours {times['ours']:8.1f} us  SDPA "
-              f"{times['sdpa_default']:8.1f} us  {row['speedup_vs_sdpa_default']:.3f}x  "
-              f"({backends})  {row['dispatch'][:70]}", flush=True)
+        backends = " ".join(
+            f"{k[5:]} {v:.1f}"
+            for k, v in times.items()
+            if k.startswith("sdpa_") and k != "sdpa_default"
+        )
+        print(
+            f"{what:<46} {problem.describe():<36} ours {times['ours']:8.1f} us  SDPA "
+            f"{times['sdpa_default']:8.1f} us  {row['speedup_vs_sdpa_default']:.3f}x  "
+            f"({backends})  {row['dispatch'][:70]}",
+            flush=True,
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows},
-                                              indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -67,12 +67,21 @@ class Run:
         start = self.now()
         with open(log, "w") as f:
             try:
-                rc = subprocess.run(cli(args), stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=max(1.0, timeout)).returncode
+                rc = subprocess.run(
+                    cli(args), stdout=f, stderr=subprocess.STDOUT, timeout=max(1.0, timeout)
+                ).returncode
             except subprocess.TimeoutExpired:
                 rc = 124
-        self.commands.append({"name": name, "argv": ["cute-autotune", *args], "rc": rc,
-                              "log": log.name, "start_s": start, "end_s": self.now()})
+        self.commands.append(
+            {
+                "name": name,
+                "argv": ["cute-autotune", *args],
+                "rc": rc,
+                "log": log.name,
+                "start_s": start,
+                "end_s": self.now(),
+            }
+        )
         print(f"[{self.now():7.1f} s] {name}: rc {rc}", flush=True)
         return rc
 
@@ -82,15 +91,27 @@ def db_state(path: Path) -> dict[str, Any]:
     straight from the SQLite file (read-only; the worker may be writing)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        columns = ("id", "problem_id", "state", "worker", "attempts", "message", "lease_until",
-                   "started_at", "finished_at")
-        items = [dict(zip(columns, r, strict=True)) for r in con.execute(
-            f"select {', '.join(columns)} from work_items order by id")]
+        columns = (
+            "id",
+            "problem_id",
+            "state",
+            "worker",
+            "attempts",
+            "message",
+            "lease_until",
+            "started_at",
+            "finished_at",
+        )
+        items = [
+            dict(zip(columns, r, strict=True))
+            for r in con.execute(f"select {', '.join(columns)} from work_items order by id")
+        ]
         measured: dict[tuple[int, str], int] = {}
         timed: dict[int, int] = {}  # search measurements that were validated and timed
         by_status: dict[str, int] = {}
         for problem_id, phase, status, n in con.execute(
-                "select problem_id, phase, status, count(*) from measurements group by 1, 2, 3"):
+            "select problem_id, phase, status, count(*) from measurements group by 1, 2, 3"
+        ):
             measured[(problem_id, phase)] = measured.get((problem_id, phase), 0) + n
             if phase == "search":
                 by_status[status] = by_status.get(status, 0) + n
@@ -105,23 +126,26 @@ def db_state(path: Path) -> dict[str, Any]:
             running = con.execute(
                 "select sum(exists (select 1 from trial_user_attributes a where a.trial_id = "
                 "t.trial_id and a.key = 'owner')), count(*) from trials t "
-                "where t.state = 'RUNNING'").fetchone()
+                "where t.state = 'RUNNING'"
+            ).fetchone()
         except sqlite3.OperationalError:  # Optuna's tables are made by the first session
             trials, running = {}, (0, 0)
         duplicated = con.execute(
             "select coalesce(sum(n - 1), 0) from (select count(*) n from measurements "
-            "where phase = 'search' group by problem_id, config_id)").fetchone()[0]
-        return {"items": items, "trials_by_state": trials,
-                "running_trials": int(running[1] or 0),
-                "running_trials_with_owner": int(running[0] or 0),
-                "running_trials_without_owner": int(running[1] or 0) - int(running[0] or 0),
-                "search_measurements": sum(n for (_, ph), n in measured.items()
-                                           if ph == "search"),
-                "search_timed": sum(timed.values()),
-                "search_measurements_by_status": by_status,
-                "rerank_measurements": sum(n for (_, ph), n in measured.items()
-                                           if ph == "rerank"),
-                "duplicated_search_measurements": int(duplicated)}
+            "where phase = 'search' group by problem_id, config_id)"
+        ).fetchone()[0]
+        return {
+            "items": items,
+            "trials_by_state": trials,
+            "running_trials": int(running[1] or 0),
+            "running_trials_with_owner": int(running[0] or 0),
+            "running_trials_without_owner": int(running[1] or 0) - int(running[0] or 0),
+            "search_measurements": sum(n for (_, ph), n in measured.items() if ph == "search"),
+            "search_timed": sum(timed.values()),
+            "search_measurements_by_status": by_status,
+            "rerank_measurements": sum(n for (_, ph), n in measured.items() if ph == "rerank"),
+            "duplicated_search_measurements": int(duplicated),
+        }
     finally:
         con.close()
 
@@ -142,8 +166,11 @@ def read_state(path: Path, tries: int = 20) -> dict[str, Any]:
 def kill_point(state: dict[str, Any], kill_after: int) -> dict[str, Any] | None:
     """The item to kill the worker in: running, >= kill_after searched, not yet re-ranked."""
     for item in state["items"]:
-        if (item["state"] == "running" and item["search_measurements"] >= kill_after
-                and item["rerank_measurements"] == 0):
+        if (
+            item["state"] == "running"
+            and item["search_measurements"] >= kill_after
+            and item["rerank_measurements"] == 0
+        ):
             return dict(item)
     return None
 
@@ -164,21 +191,34 @@ def group_members(pgid: int) -> list[int]:
 
 
 def worker_argv(url: str, lease: float, replay: str | None, wait: bool) -> list[str]:
-    return (["worker", "--db", url, "--gpu", "0", "--lease", str(lease)]
-            + (["--wait"] if wait else []) + (["--replay", replay] if replay else []))
+    return (
+        ["worker", "--db", url, "--gpu", "0", "--lease", str(lease)]
+        + (["--wait"] if wait else [])
+        + (["--replay", replay] if replay else [])
+    )
 
 
-def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
-                      deadline: float) -> dict[str, Any]:
+def killed_worker_run(
+    run: Run, url: str, db: Path, args: argparse.Namespace, deadline: float
+) -> dict[str, Any]:
     """Step 1 after the enqueue: the first worker, killed mid-item; the second, to the end."""
     result: dict[str, Any] = {}
     log = open(run.out / "worker_1_killed.txt", "w")
     started = run.now()
-    first = subprocess.Popen(cli(worker_argv(url, args.lease, args.replay, False)),
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    run.commands.append({"name": "worker_1_killed", "argv": ["cute-autotune", *worker_argv(
-        url, args.lease, args.replay, False)], "log": "worker_1_killed.txt",
-        "start_s": started})
+    first = subprocess.Popen(
+        cli(worker_argv(url, args.lease, args.replay, False)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    run.commands.append(
+        {
+            "name": "worker_1_killed",
+            "argv": ["cute-autotune", *worker_argv(url, args.lease, args.replay, False)],
+            "log": "worker_1_killed.txt",
+            "start_s": started,
+        }
+    )
     point, polls = None, 0
     while time.time() < deadline and first.poll() is None:
         polls += 1
@@ -197,9 +237,12 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
             os.kill(first.pid, signal.SIGKILL)
         first.wait()
         log.close()
-        result["kill"] = {"mid_item": False, "reason": "no item reached the kill point "
-                          f"(worker rc {first.returncode}, {polls} polls)",
-                          "state": read_state(db)}
+        result["kill"] = {
+            "mid_item": False,
+            "reason": "no item reached the kill point "
+            f"(worker rc {first.returncode}, {polls} polls)",
+            "state": read_state(db),
+        }
         return result
     os.kill(first.pid, signal.SIGKILL)
     killed_at = run.now()
@@ -207,8 +250,11 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
     log.close()
     run.commands[-1].update({"rc": first.returncode, "end_s": killed_at})
     after = read_state(db)  # what the kill left, before anything else ran
-    print(f"[{run.now():7.1f} s] worker 1 killed (SIGKILL) in item {point['id']} after "
-          f"{point['search_measurements']} search measurements", flush=True)
+    print(
+        f"[{run.now():7.1f} s] worker 1 killed (SIGKILL) in item {point['id']} after "
+        f"{point['search_measurements']} search measurements",
+        flush=True,
+    )
     # The processes the worker spawned (GPU worker, compile pool, resource tracker) see their
     # pipe close and end; they are waited for, and killed only if they do not.
     left, waited = group_members(first.pid), 0.0
@@ -223,25 +269,34 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
             pass
     run.call("queue_after_kill", ["queue", "--db", url], 60)
     result["kill"] = {
-        "mid_item": any(i["id"] == point["id"] and i["state"] == "running"
-                        and i["rerank_measurements"] == 0 for i in after["items"]),
-        "signal": "SIGKILL", "worker_started_s": started, "killed_at_s": killed_at,
+        "mid_item": any(
+            i["id"] == point["id"] and i["state"] == "running" and i["rerank_measurements"] == 0
+            for i in after["items"]
+        ),
+        "signal": "SIGKILL",
+        "worker_started_s": started,
+        "killed_at_s": killed_at,
         "seconds_after_worker_start": round(killed_at - started, 2),
-        "item": point["id"], "polls": polls, "state_at_kill": after,
+        "item": point["id"],
+        "polls": polls,
+        "state_at_kill": after,
         "spawned_processes_ended_by_themselves_s": None if left else waited,
-        "spawned_processes_killed_after_wait": left}
+        "spawned_processes_killed_after_wait": left,
+    }
     # Wait for the dead worker's lease to run out, so the restarted worker takes the killed
     # item first (it is the oldest), as the plain tune runs the items in the same order.
-    lease_until = next((i["lease_until"] for i in after["items"] if i["id"] == point["id"]),
-                       None)
+    lease_until = next((i["lease_until"] for i in after["items"] if i["id"] == point["id"]), None)
     if lease_until:  # stored by SQLAlchemy as UTC, without the zone
         until = datetime.fromisoformat(lease_until)
         until = until if until.tzinfo else until.replace(tzinfo=UTC)
         pause = (until - datetime.now(UTC)).total_seconds() + 1.0
         result["kill"]["waited_for_lease_s"] = round(max(0.0, pause), 2)
         time.sleep(max(0.0, min(pause, args.lease + 1.0)))
-    rc = run.call("worker_2_restarted", worker_argv(url, args.lease, args.replay, True),
-                  deadline - time.time())
+    rc = run.call(
+        "worker_2_restarted",
+        worker_argv(url, args.lease, args.replay, True),
+        deadline - time.time(),
+    )
     final = read_state(db)
     run.call("queue_final", ["queue", "--db", url], 60)
     items = final["items"]
@@ -249,21 +304,25 @@ def killed_worker_run(run: Run, url: str, db: Path, args: argparse.Namespace,
     result["checks"] = {
         "items": len(items),
         "items_done": sum(i["state"] == "done" for i in items),
-        "killed_item_taken_twice": any(i["id"] == point["id"] and i["attempts"] == 2
-                                       for i in items),
-        "other_items_taken_once": all(i["attempts"] == 1 for i in items
-                                      if i["id"] != point["id"]),
+        "killed_item_taken_twice": any(
+            i["id"] == point["id"] and i["attempts"] == 2 for i in items
+        ),
+        "other_items_taken_once": all(i["attempts"] == 1 for i in items if i["id"] != point["id"]),
         "duplicated_search_measurements": final.get("duplicated_search_measurements", -1),
         "running_trials_left": final.get("running_trials", -1),
         "search_measurements_at_kill": after.get("search_measurements", -1),
         "search_measurements_at_end": final.get("search_measurements", -1),
     }
     checks = result["checks"]
-    checks["ok"] = bool(result["kill"]["mid_item"] and rc == 0
-                        and checks["items_done"] == checks["items"] > 0
-                        and checks["killed_item_taken_twice"] and checks["other_items_taken_once"]
-                        and checks["duplicated_search_measurements"] == 0
-                        and checks["running_trials_left"] == 0)
+    checks["ok"] = bool(
+        result["kill"]["mid_item"]
+        and rc == 0
+        and checks["items_done"] == checks["items"] > 0
+        and checks["killed_item_taken_twice"]
+        and checks["other_items_taken_once"]
+        and checks["duplicated_search_measurements"] == 0
+        and checks["running_trials_left"] == 0
+    )
     return result
 
 
@@ -282,8 +341,10 @@ def config_name(config: dict[str, Any]) -> str:
 
 # -- step 3, in its own process on the GPU ----------------------------------------------------
 
-def plain_alternating(fns: dict[str, Any], n_sets: int, calls: int, warmup: int
-                      ) -> dict[str, dict[str, float]]:
+
+def plain_alternating(
+    fns: dict[str, Any], n_sets: int, calls: int, warmup: int
+) -> dict[str, dict[str, float]]:
     """Fixed order (A, B, A, B, ...), the L2 flushed before each call (a buffer twice the L2
     overwritten, then a ~50 us GPU spin so the host has issued the call before its start
     event fires), CUDA events around each call, input sets rotated; median, p20, p80 per
@@ -317,8 +378,12 @@ def plain_alternating(fns: dict[str, Any], n_sets: int, calls: int, warmup: int
     for name, pairs in events.items():
         us = [s.elapsed_time(e) * 1e3 for s, e in pairs]
         deciles = statistics.quantiles(us, n=10, method="inclusive")
-        result[name] = {"median_us": statistics.median(us), "p20_us": deciles[1],
-                        "p80_us": deciles[7], "calls": len(us)}
+        result[name] = {
+            "median_us": statistics.median(us),
+            "p20_us": deciles[1],
+            "p80_us": deciles[7],
+            "calls": len(us),
+        }
     return result
 
 
@@ -347,54 +412,90 @@ def retime(export_a: Path, export_b: Path, out: Path, calls: int, warmup: int) -
             if load_space(config.family).compiled:
                 build = compile_config(config)  # the carried cubin (a cache hit)
                 if not build.ok:
-                    raise SystemExit(f"{name}'s winner of {problem.describe()} did not build: "
-                                     f"{build.message}")
+                    raise SystemExit(
+                        f"{name}'s winner of {problem.describe()} did not build: {build.message}"
+                    )
                 fns[name] = kernel_call(CompiledKernel(build, 0), sets)
             else:  # an SDPA backend won (--with-sdpa)
-                fns[name] = sdpa_calls([sdpa_call(str(config["backend"]), *s[:3],
-                                                  causal=problem.causal) for s in sets])
+                fns[name] = sdpa_calls(
+                    [
+                        sdpa_call(str(config["backend"]), *s[:3], causal=problem.causal)
+                        for s in sets
+                    ]
+                )
         n_sets = len(sets)
         plain = plain_alternating(fns, n_sets, calls, warmup)
         regime = measure(fns, n_sets=n_sets, rounds=11, round_ms=30.0)
-        rows.append({"problem": json.loads(key), "plain_alternating": plain,
-                     "regime": {k: t.as_dict() for k, t in regime.items()}})
+        rows.append(
+            {
+                "problem": json.loads(key),
+                "plain_alternating": plain,
+                "regime": {k: t.as_dict() for k, t in regime.items()},
+            }
+        )
         ratio = plain["A"]["median_us"] / plain["B"]["median_us"]
-        print(f"{problem.describe():<28} A {plain['A']['median_us']:8.1f} us  "
-              f"B {plain['B']['median_us']:8.1f} us  A/B {ratio:.4f}", flush=True)
+        print(
+            f"{problem.describe():<28} A {plain['A']['median_us']:8.1f} us  "
+            f"B {plain['B']['median_us']:8.1f} us  A/B {ratio:.4f}",
+            flush=True,
+        )
     out.write_text(json.dumps({"calls": calls, "warmup": warmup, "rows": rows}, indent=1) + "\n")
     return 0
 
 
-def retime_together(run: Run, export_a: Path, export_b: Path, calls: int, warmup: int,
-                    deadline: float) -> dict[str, dict[str, Any]]:
+def retime_together(
+    run: Run, export_a: Path, export_b: Path, calls: int, warmup: int, deadline: float
+) -> dict[str, dict[str, Any]]:
     """Step 3 in its own process (this file's --retime, on GPU 0): the stored best of both
     exports re-timed together; its rows by problem key, none when it failed."""
     started, into = run.now(), run.out / "retime.json"
     with open(run.out / "retime.txt", "w") as f:
         try:
             rc = subprocess.run(
-                [sys.executable, __file__, "--out", str(run.out), "--calls", str(calls),
-                 "--warmup", str(warmup), "--retime", str(export_a), str(export_b), str(into)],
-                stdout=f, stderr=subprocess.STDOUT,
-                timeout=max(10.0, deadline - time.time())).returncode
+                [
+                    sys.executable,
+                    __file__,
+                    "--out",
+                    str(run.out),
+                    "--calls",
+                    str(calls),
+                    "--warmup",
+                    str(warmup),
+                    "--retime",
+                    str(export_a),
+                    str(export_b),
+                    str(into),
+                ],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=max(10.0, deadline - time.time()),
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = 124
-    run.commands.append({"name": "retime", "rc": rc, "log": "retime.txt", "start_s": started,
-                         "end_s": run.now()})
+    run.commands.append(
+        {"name": "retime", "rc": rc, "log": "retime.txt", "start_s": started, "end_s": run.now()}
+    )
     print(f"[{run.now():7.1f} s] retime: rc {rc}", flush=True)
     if rc != 0:
         return {}
-    return {json.dumps(r["problem"], sort_keys=True): r
-            for r in json.loads(into.read_text())["rows"]}
+    return {
+        json.dumps(r["problem"], sort_keys=True): r for r in json.loads(into.read_text())["rows"]
+    }
 
 
 # The two runs compared, as named in the summary's rows (A first, B second).
 SIDES = ("a_worker", "b_plain")
 
 
-def compare_winners(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]],
-                    retimed: dict[str, dict[str, Any]], problems: list[str], tolerance: float,
-                    dry_run: bool, sides: tuple[str, str]) -> list[dict[str, Any]]:
+def compare_winners(
+    a: dict[str, dict[str, Any]],
+    b: dict[str, dict[str, Any]],
+    retimed: dict[str, dict[str, Any]],
+    problems: list[str],
+    tolerance: float,
+    dry_run: bool,
+    sides: tuple[str, str],
+) -> list[dict[str, Any]]:
     """A row per problem: both winners, the ratio A/B (re-timed; in a dry run, of the stored
     medians) and whether it is within 1 +- tolerance."""
     rows = []
@@ -402,9 +503,16 @@ def compare_winners(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]],
         ra, rb = a.get(key), b.get(key)
         row: dict[str, Any] = {"problem": json.loads(key)}
         for side, rec in zip(sides, (ra, rb), strict=True):
-            row[side] = None if rec is None else {
-                "config": rec["config"], "name": config_name(rec["config"]),
-                "stored_median_us": rec["median_us"], "trials": rec["trials"]}
+            row[side] = (
+                None
+                if rec is None
+                else {
+                    "config": rec["config"],
+                    "name": config_name(rec["config"]),
+                    "stored_median_us": rec["median_us"],
+                    "trials": rec["trials"],
+                }
+            )
         row["identical_winners"] = bool(ra and rb and ra["config"] == rb["config"])
         if key in retimed:
             plain = retimed[key]["plain_alternating"]
@@ -427,44 +535,76 @@ def compare_winners(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]],
 
 # -- the whole run ----------------------------------------------------------------------------
 
+
 def shapes_toml(path: Path, problems: list[str], head_dim: int, dtype: str) -> None:
-    lines = ['name = "worker-run"', f'dtypes = ["{dtype}"]', f"head_dims = [{head_dim}]",
-             "causal = [false]", "shapes = ["]
+    lines = [
+        'name = "worker-run"',
+        f'dtypes = ["{dtype}"]',
+        f"head_dims = [{head_dim}]",
+        "causal = [false]",
+        "shapes = [",
+    ]
     for text in problems:
         batch, hq, hkv, seqlen = (int(x) for x in text.split(","))
-        lines.append(f"    {{ batch = {batch}, heads_q = {hq}, heads_kv = {hkv}, "
-                     f"seqlen = {seqlen} }},")
+        lines.append(
+            f"    {{ batch = {batch}, heads_q = {hq}, heads_kv = {hkv}, seqlen = {seqlen} }},"
+        )
     path.write_text("\n".join([*lines, "]"]) + "\n")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--problem", action="append", metavar="B,HQ,HKV,L",
-                        help=f"llm-prefill shapes (default: {' '.join(PROBLEMS)})")
+    parser.add_argument(
+        "--problem",
+        action="append",
+        metavar="B,HQ,HKV,L",
+        help=f"llm-prefill shapes (default: {' '.join(PROBLEMS)})",
+    )
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--family", default="sm90")
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--rerank-top", type=int, default=2)
-    parser.add_argument("--with-sdpa", action="store_true",
-                        help="let SDPA's backends into the final re-ranking (as a plain tune)")
-    parser.add_argument("--kill-after", type=int, default=3,
-                        help="search measurements of the running item before the kill")
+    parser.add_argument(
+        "--with-sdpa",
+        action="store_true",
+        help="let SDPA's backends into the final re-ranking (as a plain tune)",
+    )
+    parser.add_argument(
+        "--kill-after",
+        type=int,
+        default=3,
+        help="search measurements of the running item before the kill",
+    )
     parser.add_argument("--lease", type=float, default=20.0)
     parser.add_argument("--poll", type=float, default=0.05, help="seconds between DB polls")
-    parser.add_argument("--orphan-wait", type=float, default=30.0,
-                        help="seconds the killed worker's children get to end by themselves")
+    parser.add_argument(
+        "--orphan-wait",
+        type=float,
+        default=30.0,
+        help="seconds the killed worker's children get to end by themselves",
+    )
     parser.add_argument("--calls", type=int, default=401, help="timed calls of each winner")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--tolerance", type=float, default=0.02)
-    parser.add_argument("--until", type=float, default=450.0,
-                        help="seconds for the whole run (steps are cut to fit)")
+    parser.add_argument(
+        "--until",
+        type=float,
+        default=450.0,
+        help="seconds for the whole run (steps are cut to fit)",
+    )
     parser.add_argument("--replay", help="a recording: CPU dry run, step 3 not run")
     parser.add_argument("--command", default="", help="the command line, for the summary")
-    parser.add_argument("--retime", nargs=3, type=Path, metavar=("EXPORT_A", "EXPORT_B", "OUT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--retime",
+        nargs=3,
+        type=Path,
+        metavar=("EXPORT_A", "EXPORT_B", "OUT"),
+        help=argparse.SUPPRESS,
+    )
     args = parser.parse_args()
     if args.retime:
         export_a, export_b, into = args.retime
@@ -477,9 +617,22 @@ def main() -> int:
     run = Run(out, t0)
     problems = args.problem or PROBLEMS
     shapes_toml(out / "shapes.toml", problems, args.head_dim, args.dtype)
-    search = ["--shapes", str(out / "shapes.toml"), "--head-dim", str(args.head_dim),
-              "--dtype", args.dtype, "--causal", "false", "--family", args.family,
-              "--trials", str(args.trials), "--rerank-top", str(args.rerank_top)]
+    search = [
+        "--shapes",
+        str(out / "shapes.toml"),
+        "--head-dim",
+        str(args.head_dim),
+        "--dtype",
+        args.dtype,
+        "--causal",
+        "false",
+        "--family",
+        args.family,
+        "--trials",
+        str(args.trials),
+        "--rerank-top",
+        str(args.rerank_top),
+    ]
     search += [] if args.with_sdpa else ["--without-sdpa"]
     search += ["--replay", args.replay] if args.replay else []
     db_a, db_b = out / "a_worker.db", out / "b_plain.db"
@@ -491,15 +644,30 @@ def main() -> int:
     summary: dict[str, Any] = {
         "command": args.command or " ".join(sys.argv),
         "dry_run": bool(args.replay),
-        "note": ("issue 17: cute-autotune worker killed once mid-item (SIGKILL) and restarted, "
-                 "against a plain tune of the same items; winners re-timed together"
-                 + (" -- DRY RUN on a --replay recording: nothing ran on a GPU and the winners "
-                    "were NOT re-timed (ratios of the stored medians)" if args.replay else "")),
-        "settings": {"problems": problems, "head_dim": args.head_dim, "dtype": args.dtype,
-                     "causal": False, "family": args.family, "trials": args.trials,
-                     "rerank_top": args.rerank_top, "sdpa_finalists": args.with_sdpa,
-                     "kill_after_search_measurements": args.kill_after, "lease_s": args.lease,
-                     "replay": args.replay, "tolerance": args.tolerance},
+        "note": (
+            "issue 17: cute-autotune worker killed once mid-item (SIGKILL) and restarted, "
+            "against a plain tune of the same items; winners re-timed together"
+            + (
+                " -- DRY RUN on a --replay recording: nothing ran on a GPU and the winners "
+                "were NOT re-timed (ratios of the stored medians)"
+                if args.replay
+                else ""
+            )
+        ),
+        "settings": {
+            "problems": problems,
+            "head_dim": args.head_dim,
+            "dtype": args.dtype,
+            "causal": False,
+            "family": args.family,
+            "trials": args.trials,
+            "rerank_top": args.rerank_top,
+            "sdpa_finalists": args.with_sdpa,
+            "kill_after_search_measurements": args.kill_after,
+            "lease_s": args.lease,
+            "replay": args.replay,
+            "tolerance": args.tolerance,
+        },
     }
     # step 1: database A through the queue, its worker killed once
     rc = run.call("enqueue", ["tune", "--enqueue", *search, "--db", url_a], 120)
@@ -508,23 +676,37 @@ def main() -> int:
     else:
         summary["worker_run"] = {"checks": {"ok": False}, "error": "enqueue failed"}
     # step 2: database B, a plain tune
-    rc_b = run.call("tune_plain", ["tune", *search, "--db", url_b, "--json",
-                                   str(out / "tune_plain.json"), "--quiet"],
-                    deadline - 60 - time.time())
+    rc_b = run.call(
+        "tune_plain",
+        ["tune", *search, "--db", url_b, "--json", str(out / "tune_plain.json"), "--quiet"],
+        deadline - 60 - time.time(),
+    )
     summary["plain_tune"] = {"rc": rc_b, "state_at_end": read_state(db_b, tries=2)}
     # step 3: the winners of both, re-timed together
     for name, url in (("export_a_worker", url_a), ("export_b_plain", url_b)):
         run.call(name, ["export", "--db", url], 60, suffix=".json")
     a, b = winners(out / "export_a_worker.json"), winners(out / "export_b_plain.json")
-    retimed = {} if args.replay else retime_together(
-        run, out / "export_a_worker.json", out / "export_b_plain.json", args.calls, args.warmup,
-        deadline)
-    rows = compare_winners(a, b, retimed, problems, args.tolerance, bool(args.replay),
-                           SIDES)
+    retimed = (
+        {}
+        if args.replay
+        else retime_together(
+            run,
+            out / "export_a_worker.json",
+            out / "export_b_plain.json",
+            args.calls,
+            args.warmup,
+            deadline,
+        )
+    )
+    rows = compare_winners(a, b, retimed, problems, args.tolerance, bool(args.replay), SIDES)
     summary["problems"] = rows
     checks = summary["worker_run"].get("checks", {})
-    summary["pass"] = bool(checks.get("ok") and rc_b == 0 and len(rows) == len(problems)
-                           and all(r["pass"] for r in rows))
+    summary["pass"] = bool(
+        checks.get("ok")
+        and rc_b == 0
+        and len(rows) == len(problems)
+        and all(r["pass"] for r in rows)
+    )
     summary["commands"] = run.commands
     summary["wall_s"] = run.now()
     (out / "worker_kill_restart.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -546,28 +728,37 @@ def print_table(summary: dict[str, Any]) -> None:
     print()
     if summary["dry_run"]:
         print("DRY RUN (--replay): no GPU, winners NOT re-timed; ratios of stored medians")
-    print(f"kill: SIGKILL {kill.get('seconds_after_worker_start')} s after worker start, in item "
-          f"{kill.get('item')} (mid-item: {kill.get('mid_item')}); at the kill: "
-          f"{at.get('search_measurements')} search measurements, queue "
-          + ", ".join(f"{i['id']}:{i['state']}({i['search_measurements']})"
-                      for i in at.get("items", [])))
-    print(f"after restart: {checks.get('items_done')}/{checks.get('items')} items done, killed "
-          f"item taken twice: {checks.get('killed_item_taken_twice')}, others once: "
-          f"{checks.get('other_items_taken_once')}, duplicated measurements: "
-          f"{checks.get('duplicated_search_measurements')}, RUNNING trials left: "
-          f"{checks.get('running_trials_left')}, search measurements "
-          f"{checks.get('search_measurements_at_kill')} -> "
-          f"{checks.get('search_measurements_at_end')}")
+    print(
+        f"kill: SIGKILL {kill.get('seconds_after_worker_start')} s after worker start, in item "
+        f"{kill.get('item')} (mid-item: {kill.get('mid_item')}); at the kill: "
+        f"{at.get('search_measurements')} search measurements, queue "
+        + ", ".join(
+            f"{i['id']}:{i['state']}({i['search_measurements']})" for i in at.get("items", [])
+        )
+    )
+    print(
+        f"after restart: {checks.get('items_done')}/{checks.get('items')} items done, killed "
+        f"item taken twice: {checks.get('killed_item_taken_twice')}, others once: "
+        f"{checks.get('other_items_taken_once')}, duplicated measurements: "
+        f"{checks.get('duplicated_search_measurements')}, RUNNING trials left: "
+        f"{checks.get('running_trials_left')}, search measurements "
+        f"{checks.get('search_measurements_at_kill')} -> "
+        f"{checks.get('search_measurements_at_end')}"
+    )
     print_rows(summary["problems"], SIDES, ("A (worker) winner", "B (plain) winner"))
-    print(f"worker checks ok: {checks.get('ok')}; overall pass: {summary['pass']}; "
-          f"wall {summary['wall_s']} s")
+    print(
+        f"worker checks ok: {checks.get('ok')}; overall pass: {summary['pass']}; "
+        f"wall {summary['wall_s']} s"
+    )
 
 
-def print_rows(rows: list[dict[str, Any]], sides: tuple[str, str],
-               titles: tuple[str, str]) -> None:
+def print_rows(
+    rows: list[dict[str, Any]], sides: tuple[str, str], titles: tuple[str, str]
+) -> None:
     """The winners of both runs per problem, their times and ratio (compare_winners' rows)."""
-    print(f"{'problem':<24} {titles[0]:<58} {titles[1]:<58} {'A us':>8} {'B us':>8} {'A/B':>7}"
-          "  pass")
+    print(
+        f"{'problem':<24} {titles[0]:<58} {titles[1]:<58} {'A us':>8} {'B us':>8} {'A/B':>7}  pass"
+    )
     for row in rows:
         p = row["problem"]
         shape = f"B{p['batch']} H{p['heads_q']}/{p['heads_kv']} L{p['seqlen_q']}"
@@ -579,10 +770,12 @@ def print_rows(rows: list[dict[str, Any]], sides: tuple[str, str],
             a_us = a["stored_median_us"] if a else float("nan")
             b_us = b["stored_median_us"] if b else float("nan")
         ratio = row["ratio_a_over_b"]
-        print(f"{shape:<24} {(a or {}).get('name', '-'):<58} {(b or {}).get('name', '-'):<58} "
-              f"{a_us:8.1f} {b_us:8.1f} {ratio if ratio is not None else float('nan'):7.4f}"
-              f"  {'yes' if row['pass'] else 'NO'}"
-              + ("  (same config)" if row["identical_winners"] else ""))
+        print(
+            f"{shape:<24} {(a or {}).get('name', '-'):<58} {(b or {}).get('name', '-'):<58} "
+            f"{a_us:8.1f} {b_us:8.1f} {ratio if ratio is not None else float('nan'):7.4f}"
+            f"  {'yes' if row['pass'] else 'NO'}"
+            + ("  (same config)" if row["identical_winners"] else "")
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ PG_ENV = "CUTE_AUTOTUNE_TEST_PG_URL"
 # the default run keeps a sample of each, so that it stays a CI run.
 LONG_ENV = "CUTE_AUTOTUNE_LONG_TESTS"
 LONG = os.environ.get(LONG_ENV, "0") not in ("", "0")
+# 0 turns off the run's memo of nvcc builds (tests/nvcc_memo.py)
+NVCC_MEMO_ENV = "CUTE_AUTOTUNE_TEST_NVCC_MEMO"
 
 
 def _gpu_available() -> bool:
@@ -52,13 +55,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(long_run)
 
 
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Collect tests/build (the tests of autotune.build): pytest's default norecursedirs skips
     every folder named build."""
     if collection_path == Path(__file__).resolve().parent / "build":
         return False
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nvcc_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's nvcc remembers its builds (tests/nvcc_memo.py): a CUDA home whose bin/nvcc is
+    the memo in front of the real one and whose include/ is the toolkit's, as $CUDA_HOME, so
+    that the processes the tests start use it too. A test that brings its own nvcc sets its
+    own $CUDA_HOME."""
+    from autotune.build import toolchain as toolchain_module
+    from autotune.build.toolchain import ToolchainError, find_nvcc
+
+    try:
+        real = find_nvcc()
+    except ToolchainError:
+        real = None
+    if real is None or os.environ.get(NVCC_MEMO_ENV, "1") == "0":
+        yield
+        return
+    home = tmp_path_factory.mktemp("cuda-home")
+    (home / "bin").mkdir()
+    (home / "include").symlink_to(real.parent.parent / "include")
+    memo = Path(__file__).resolve().parent / "nvcc_memo.py"
+    wrapper = home / "bin" / "nvcc"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{memo}" "{real}" "{home / "memo"}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    before = os.environ.get("CUDA_HOME")
+    os.environ["CUDA_HOME"] = str(home)
+    toolchain_module.toolchain.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_HOME", None)
+        else:
+            os.environ["CUDA_HOME"] = before
+        toolchain_module.toolchain.cache_clear()
+
 
 @pytest.fixture
 def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -31,8 +31,9 @@ from autotune.model.status import Status
 from autotune.model.target import Target, target_for_arch
 
 H200 = target_for_arch(90)
-FAKE_TOOLS = Toolchain(Path("/nonexistent/bin/nvcc"), "13.0.88", Path("/nonexistent/include"),
-                       "4.2.0")
+FAKE_TOOLS = Toolchain(
+    Path("/nonexistent/bin/nvcc"), "13.0.88", Path("/nonexistent/include"), "4.2.0"
+)
 NO_NVCC = "nvcc not found: install the CUDA toolkit and put nvcc on PATH, or set CUDA_HOME"
 
 
@@ -53,17 +54,22 @@ def sm80_64() -> ValidConfig:
 
 def with_fake_nvcc(monkeypatch: pytest.MonkeyPatch) -> None:
     """nvcc "is here" (the fake toolchain), but running it fails the test."""
+
     def no_run(command: list[str], **kwargs: object) -> object:
         raise AssertionError(f"nvcc ran: {command[:2]}")
 
     for module in (compiler, pack_writer):
         monkeypatch.setattr(module, "toolchain", lambda: FAKE_TOOLS)
-    monkeypatch.setattr(compiler, "subprocess", types.SimpleNamespace(
-        run=no_run, TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(
+        compiler,
+        "subprocess",
+        types.SimpleNamespace(run=no_run, TimeoutExpired=subprocess.TimeoutExpired),
+    )
 
 
 def without_nvcc(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine has no CUDA toolkit: finding nvcc fails as it does there."""
+
     def missing() -> Toolchain:
         raise ToolchainError(NO_NVCC)
 
@@ -82,17 +88,38 @@ def fake_build(cache: ArtifactCache, config: ValidConfig, target: Target = H200)
     gencode = space.gencode_for(target)
     key = artifact_key(view, gencode, family_source_hash(space), FAKE_TOOLS, NVCC_FLAGS)
     ptxas = PtxasReport("cute_autotune_fwd", target.arch, 96, 0, 0, 0, 0, 1)
-    info = LaunchInfo(3, 2, int(config["head_dim"]), 0, 0, int(config["block_m"]),
-                      int(config["block_n"]), 128, 32768)
-    record = {"key": key, "config": view.as_dict(), "name": space.name_of(view),
-              "arch": target.arch, "gencode": gencode, "flags": NVCC_FLAGS,
-              "toolchain": {"nvcc": FAKE_TOOLS.nvcc_version, "cutlass": FAKE_TOOLS.cutlass_version,
-                            "kernel_source": family_source_hash(space)},
-              "ptxas": ptxas.as_dict(), "launch_info": info.as_dict(), "compile_seconds": 20.0,
-              "built_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    info = LaunchInfo(
+        3,
+        2,
+        int(config["head_dim"]),
+        0,
+        0,
+        int(config["block_m"]),
+        int(config["block_n"]),
+        128,
+        32768,
+    )
+    record = {
+        "key": key,
+        "config": view.as_dict(),
+        "name": space.name_of(view),
+        "arch": target.arch,
+        "gencode": gencode,
+        "flags": NVCC_FLAGS,
+        "toolchain": {
+            "nvcc": FAKE_TOOLS.nvcc_version,
+            "cutlass": FAKE_TOOLS.cutlass_version,
+            "kernel_source": family_source_hash(space),
+        },
+        "ptxas": ptxas.as_dict(),
+        "launch_info": info.as_dict(),
+        "compile_seconds": 20.0,
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     entry = cache.put(config.family, key, fake_cubin(view), record, {})
-    return BuildResult(view, target.arch, Status.OK, key=key, cubin=entry.cubin,
-                       record=entry.record)
+    return BuildResult(
+        view, target.arch, Status.OK, key=key, cubin=entry.cubin, record=entry.record
+    )
 
 
 def fake_launcher(folder: Path, **abi: str) -> LauncherFile:
@@ -106,16 +133,18 @@ def fake_launcher(folder: Path, **abi: str) -> LauncherFile:
     return LauncherFile(launcher._tag(suffix, pybind), suffix, pybind, path)
 
 
-def make_pack(out: Path, configs: list[ValidConfig], monkeypatch: pytest.MonkeyPatch,
-              target: Target = H200) -> Path:
+def make_pack(
+    out: Path, configs: list[ValidConfig], monkeypatch: pytest.MonkeyPatch, target: Target = H200
+) -> Path:
     """Write a kernel pack of fake builds of `configs` to `out` (the package folder inside is
     returned); $CUTE_AUTOTUNE_KERNELS points at it. Leaves the fake nvcc in place."""
     cache = ArtifactCache(out.parent / f"{out.name}-cache")
     with_fake_nvcc(monkeypatch)
     for config in configs:
         fake_build(cache, config, target)
-    report = write_pack(out, [(target, configs)], fake_launcher(out.parent / "launcher-build"),
-                        cache=cache, jobs=1)
+    report = write_pack(
+        out, [(target, configs)], fake_launcher(out.parent / "launcher-build"), cache=cache, jobs=1
+    )
     assert not report.failed, [b.message for b in report.failed]
     monkeypatch.setenv("CUTE_AUTOTUNE_KERNELS", str(out))
     return out / "cute_autotune_kernels"
@@ -131,6 +160,21 @@ def entry_folder(package: Path, config: ValidConfig) -> Path:
 
 def pip_install(source: Path, site: Path) -> None:
     """`pip install` a folder into `site` (no index: setuptools from this environment)."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(site), str(source)], check=True,
-                   capture_output=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )

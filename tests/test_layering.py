@@ -13,8 +13,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 # Helpers every stage may use: paths, atomic JSON files, process identity, lazy names, values
 # shown in messages, bounded memos.
-BASE = {"_paths", "_jsonfile", "_process", "_lazy", "_version", "_shown", "_bounded",
-        "__main__"}  # `python -m autotune`, the command line's entry
+BASE = {
+    "_paths",
+    "_jsonfile",
+    "_process",
+    "_lazy",
+    "_version",
+    "_shown",
+    "_bounded",
+    "__main__",
+}  # `python -m autotune`, the command line's entry
 STAGES = ["model", "build", "launch", "measure", "store", "runtime", "tune", "cli"]
 # The runtime serves attention() in users' processes: from the measure stage it takes torch
 # SDPA (its baseline and fallback) and nothing else.
@@ -52,8 +60,11 @@ def _imports(path: Path) -> set[str]:
             else:
                 found.add(".".join(target))
         elif isinstance(node, ast.Import):
-            found.update(".".join(a.name.split(".")[1:]) for a in node.names
-                         if a.name.split(".")[0] == "autotune")
+            found.update(
+                ".".join(a.name.split(".")[1:])
+                for a in node.names
+                if a.name.split(".")[0] == "autotune"
+            )
     return {f for f in found if f}
 
 
@@ -80,15 +91,23 @@ def test_a_stage_imports_only_earlier_stages(path: Path) -> None:
             continue
         if other not in allowed:
             wrong.append(target)
-        elif stage == "runtime" and other in RUNTIME_MAY_USE and not any(
-                target == m or target.startswith(m + ".") for m in RUNTIME_MAY_USE[other]):
+        elif (
+            stage == "runtime"
+            and other in RUNTIME_MAY_USE
+            and not any(target == m or target.startswith(m + ".") for m in RUNTIME_MAY_USE[other])
+        ):
             wrong.append(target)
     assert not wrong, f"{module} ({stage}) imports later or forbidden stages: {wrong}"
 
 
 def test_no_import_cycles() -> None:
-    graph = {_name(p): {t for t in _imports(p) if t in NAMES and (_name(p), t)
-                        not in CYCLE_EDGES_ALLOWED} for p in _modules() if _name(p)}
+    graph = {
+        _name(p): {
+            t for t in _imports(p) if t in NAMES and (_name(p), t) not in CYCLE_EDGES_ALLOWED
+        }
+        for p in _modules()
+        if _name(p)
+    }
     state: dict[str, int] = {}
 
     def visit(node: str, path: list[str]) -> None:
@@ -105,8 +124,9 @@ def test_no_import_cycles() -> None:
 
 
 def test_every_module_belongs_to_a_stage() -> None:
-    loose = [_name(p) for p in _modules()
-             if _name(p) and not _stage(_name(p)) and _name(p) not in BASE]
+    loose = [
+        _name(p) for p in _modules() if _name(p) and not _stage(_name(p)) and _name(p) not in BASE
+    ]
     assert not loose, f"modules outside the stage packages: {loose}"
 
 

@@ -11,9 +11,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b[Ss]ession \d+|\b[Ss]top \d+|\b[Ii]ssue \d+")
-SOURCES = [p for folder in ("autotune", "kernel_src", "search_spaces")
-           for p in sorted((REPO / folder).rglob("*"))
-           if p.suffix in {".py", ".h", ".cuh", ".cu", ".cpp", ".toml"}]
+SOURCES = [
+    p
+    for folder in ("autotune", "kernel_src", "search_spaces")
+    for p in sorted((REPO / folder).rglob("*"))
+    if p.suffix in {".py", ".h", ".cuh", ".cu", ".cpp", ".toml"}
+]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
@@ -30,16 +33,20 @@ def _prose(text: str) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_docs_carry_no_history(path: Path) -> None:
-    found = [f"{n}: {line.strip()}" for n, line in _prose(path.read_text())
-             if HISTORY.search(line)]
+    found = [
+        f"{n}: {line.strip()}" for n, line in _prose(path.read_text()) if HISTORY.search(line)
+    ]
     assert not found, found
 
 
 def test_sources_carry_no_history() -> None:
     assert SOURCES, "no sources found"
-    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in SOURCES
-             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
-             if HISTORY.search(line)]
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in SOURCES
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if HISTORY.search(line)
+    ]
     assert not found, found
 
 

@@ -30,12 +30,19 @@ def _autotune_imports(path: Path) -> list[tuple[int, str, list[str]]]:
     """(line, module, names) of every import of the package in `path`, in functions too."""
     found: list[tuple[int, str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
-                node.module == "autotune" or node.module.startswith("autotune.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and (node.module == "autotune" or node.module.startswith("autotune."))
+        ):
             found.append((node.lineno, node.module, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
-            found.extend((node.lineno, a.name, []) for a in node.names
-                         if a.name == "autotune" or a.name.startswith("autotune."))
+            found.extend(
+                (node.lineno, a.name, [])
+                for a in node.names
+                if a.name == "autotune" or a.name.startswith("autotune.")
+            )
     return found
 
 
@@ -77,12 +84,15 @@ def test_stage_all_resolves(stage: str) -> None:
 def test_stage_packages_stay_lazy() -> None:
     """Importing the runtime's attention (which imports measure.sdpa) does not load the rest of
     the measure stage through measure/__init__.py, nor the tuner."""
-    code = ("import sys, autotune.runtime.attention\n"
-            "bad = [m for m in ('autotune.measure.timing', 'autotune.measure.worker', "
-            "'autotune.tune', 'optuna') if m in sys.modules]\n"
-            "print(bad)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, autotune.runtime.attention\n"
+        "bad = [m for m in ('autotune.measure.timing', 'autotune.measure.worker', "
+        "'autotune.tune', 'optuna') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

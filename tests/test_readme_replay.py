@@ -28,11 +28,14 @@ def demo_misses(url: str) -> None:
     """The misses `cute-autotune demo` recorded on the H200 in the README's `misses` example."""
     h200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
     seen = datetime(2026, 12, 1, 5, 24, 37, tzinfo=UTC)
-    TuningStore(url).add_misses([
-        (h200, Problem(2, 32, 8, 4096, 4096, 128, "bf16", True), "nearest", 1840, seen, seen),
-        (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "sdpa", 912, seen, seen),
-        (h200, Problem(16, 16, 16, 512, 512, 64, "fp16"), "heuristic", 311, seen, seen),
-        (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "nearest", 40, seen, seen)])
+    TuningStore(url).add_misses(
+        [
+            (h200, Problem(2, 32, 8, 4096, 4096, 128, "bf16", True), "nearest", 1840, seen, seen),
+            (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "sdpa", 912, seen, seen),
+            (h200, Problem(16, 16, 16, 512, 512, 64, "fp16"), "heuristic", 311, seen, seen),
+            (h200, Problem(4, 16, 16, 2048, 2048, 128, "fp16"), "nearest", 40, seen, seen),
+        ]
+    )
 
 
 def shipped_results(url: str) -> None:
@@ -40,8 +43,10 @@ def shipped_results(url: str) -> None:
     assert main(["import", str(REPO / "db" / "h200.json"), "--db", url]) == 0
 
 
-SETUPS: dict[str, Callable[[str], None]] = {"demo-misses": demo_misses,
-                                            "shipped-results": shipped_results}
+SETUPS: dict[str, Callable[[str], None]] = {
+    "demo-misses": demo_misses,
+    "shipped-results": shipped_results,
+}
 
 
 def examples() -> list[tuple[str, list[tuple[str, str]]]]:
@@ -68,16 +73,19 @@ def examples() -> list[tuple[str, list[tuple[str, str]]]]:
 
 def test_the_readme_has_replayed_examples_of_every_family() -> None:
     commands = " ".join(cmd for _, pairs in examples() for cmd, _ in pairs)
-    for recording in ("sweep_sm80_llm_prefill_h200.json.gz", "sweep_sm90_h200.json.gz",
-                      "sweep_decode_h200.json.gz"):
+    for recording in (
+        "sweep_sm80_llm_prefill_h200.json.gz",
+        "sweep_sm90_h200.json.gz",
+        "sweep_decode_h200.json.gz",
+    ):
         assert f"tests/data/{recording}" in commands
         assert (REPO / "tests" / "data" / recording).is_file()
 
 
 @pytest.mark.parametrize("block", range(len(examples())))
 def test_a_replayed_readme_example_prints_what_the_readme_shows(
-        block: int, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    block: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("COLUMNS", "100")  # the README's tables are printed at 100 columns
     default_db = f"sqlite:///{tmp_path}/demo/tuning.db"
@@ -93,17 +101,22 @@ def test_a_replayed_readme_example_prints_what_the_readme_shows(
         main(argv[1:])
         captured = capsys.readouterr()
         printed = (captured.out + captured.err).replace(f"{tmp_path}/", "/tmp/").strip()
-        assert [line.rstrip() for line in printed.splitlines()] == \
-            [line.rstrip() for line in expected.splitlines()], command
+        assert [line.rstrip() for line in printed.splitlines()] == [
+            line.rstrip() for line in expected.splitlines()
+        ], command
 
 
-@pytest.mark.parametrize("recording, family, shape_set", [
-    ("sweep_sm80_llm_prefill_h200.json.gz", "sm80", "llm-prefill"),
-    ("sweep_sm90_h200.json.gz", "sm90", "llm-prefill"),
-    ("sweep_decode_h200.json.gz", "decode", "llm-decode"),
-])
+@pytest.mark.parametrize(
+    "recording, family, shape_set",
+    [
+        ("sweep_sm80_llm_prefill_h200.json.gz", "sm80", "llm-prefill"),
+        ("sweep_sm90_h200.json.gz", "sm90", "llm-prefill"),
+        ("sweep_decode_h200.json.gz", "decode", "llm-decode"),
+    ],
+)
 def test_a_shipped_recording_holds_every_valid_config_of_8_problems(
-        recording: str, family: str, shape_set: str) -> None:
+    recording: str, family: str, shape_set: str
+) -> None:
     # A space that gains or loses a config since makes the recording stale: record it again
     # (`REC=FAMILY bash benchmarks/evidence.sh record`).
     from autotune._jsonfile import read_json

@@ -51,6 +51,7 @@ def owner_tag() -> str:
     host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
     return f"{host}-{os.getpid()}"
 
+
 log = logging.getLogger(__name__)
 
 
@@ -58,8 +59,9 @@ class CacheNotWritable(RuntimeError):
     """The cache folder cannot take a new entry; the message names it and the way out."""
 
 
-def artifact_key(config: Config, gencode: str, source_hash: str, tools: Toolchain,
-                 flags: list[str]) -> str:
+def artifact_key(
+    config: Config, gencode: str, source_hash: str, tools: Toolchain, flags: list[str]
+) -> str:
     material = {
         "config": config.to_json(),
         "gencode": gencode,
@@ -159,7 +161,8 @@ class ArtifactCache:
         except OSError as exc:
             raise CacheNotWritable(
                 f"the cubin cache {self.root.parent} is not writable ({exc.strerror}): set "
-                "CUTE_AUTOTUNE_CACHE to a writable folder") from None
+                "CUTE_AUTOTUNE_CACHE to a writable folder"
+            ) from None
         self._writable = True
 
     @staticmethod
@@ -167,8 +170,9 @@ class ArtifactCache:
         """Remove an entry by renaming it away first, so a reader never sees half of one (a
         read-only cache keeps it)."""
         try:
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.{owner_tag()}.",
-                                        dir=final.parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{final.name}.old.{owner_tag()}.", dir=final.parent)
+            )
         except OSError:
             return
         try:
@@ -190,8 +194,16 @@ class ArtifactCache:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
-    def put(self, family: str, key: str, cubin: bytes, record: dict[str, Any],
-            files: dict[str, str], *, replace: bool = False) -> CacheEntry:
+    def put(
+        self,
+        family: str,
+        key: str,
+        cubin: bytes,
+        record: dict[str, Any],
+        files: dict[str, str],
+        *,
+        replace: bool = False,
+    ) -> CacheEntry:
         """Store an entry (its record gains the cubin's SHA-256). An intact entry already there
         is kept (another process stored the same key first) unless `replace`."""
         self.ensure_writable()
@@ -203,7 +215,8 @@ class ArtifactCache:
             for name, text in files.items():
                 (staging / name).write_text(text)
             (staging / RECORD).write_text(
-                json.dumps({**record, DIGEST: _sha256(cubin)}, indent=1, sort_keys=True))
+                json.dumps({**record, DIGEST: _sha256(cubin)}, indent=1, sort_keys=True)
+            )
             if replace:
                 self.remove(final)
             elif final.exists():

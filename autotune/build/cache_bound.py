@@ -46,8 +46,10 @@ def parse_size(text: str) -> int | None:
         return None
     match = _SIZE.fullmatch(text)
     if match is None:
-        raise ValueError(f"a cache size is a number with an optional unit K, M, G or T "
-                         f"(\"2G\", \"500M\") or \"none\", got {text!r}")
+        raise ValueError(
+            f"a cache size is a number with an optional unit K, M, G or T "
+            f'("2G", "500M") or "none", got {text!r}'
+        )
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
@@ -115,16 +117,20 @@ def leftovers(cache: ArtifactCache) -> list[Path]:
         except OSError:
             continue
         for child in children:
-            if (parent.name == WORK or child.name.startswith(".")) \
-                    and _abandoned(Path(child.path), now):
+            if (parent.name == WORK or child.name.startswith(".")) and _abandoned(
+                Path(child.path), now
+            ):
                 found.append(Path(child.path))
     return found
 
 
 def _family_dirs(cache: ArtifactCache) -> list[Path]:
     try:
-        return [Path(d.path) for d in os.scandir(cache.root)
-                if d.is_dir(follow_symlinks=False) and not d.name.startswith(".")]
+        return [
+            Path(d.path)
+            for d in os.scandir(cache.root)
+            if d.is_dir(follow_symlinks=False) and not d.name.startswith(".")
+        ]
     except OSError:
         return []
 
@@ -144,8 +150,13 @@ def _current() -> tuple[dict[str, str], dict[str, str] | None]:
     return sources, {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version}
 
 
-def _stale(family: str, directory: Path, sources: dict[str, str],
-           tools: dict[str, str] | None, flags: list[str] | None) -> str:
+def _stale(
+    family: str,
+    directory: Path,
+    sources: dict[str, str],
+    tools: dict[str, str] | None,
+    flags: list[str] | None,
+) -> str:
     if family not in sources:
         return f"no family {family} in this release"
     try:
@@ -166,8 +177,9 @@ def _stale(family: str, directory: Path, sources: dict[str, str],
     return ""
 
 
-def survey(cache: ArtifactCache, *, judge: bool = True,
-           flags: list[str] | None = None) -> list[CachedEntry]:
+def survey(
+    cache: ArtifactCache, *, judge: bool = True, flags: list[str] | None = None
+) -> list[CachedEntry]:
     """Every entry of the cache, with its size and last use; `judge` reads each record to say
     whether it is stale against the current sources, toolchain and nvcc `flags` (else every
     entry's `stale` is "")."""
@@ -192,8 +204,14 @@ def survey(cache: ArtifactCache, *, judge: bool = True,
     return entries
 
 
-def prune(cache: ArtifactCache, limit: int | None, *, flags: list[str] | None = None,
-          stale: bool = False, keep: Collection[Path] = ()) -> PruneReport:
+def prune(
+    cache: ArtifactCache,
+    limit: int | None,
+    *,
+    flags: list[str] | None = None,
+    stale: bool = False,
+    keep: Collection[Path] = (),
+) -> PruneReport:
     """Remove leftovers, every stale entry when `stale`, then evict (stale first, then least
     recently used) until the entries fit `limit`; `keep` names entry folders never evicted;
     `flags` are the compiler's (an entry built with others is stale)."""
@@ -205,8 +223,9 @@ def prune(cache: ArtifactCache, limit: int | None, *, flags: list[str] | None = 
     entries = survey(cache, flags=flags)  # which are stale decides the order
     total = sum(e.size for e in entries)
     kept, gone = set(keep), set()
-    for entry in sorted((e for e in entries if e.path not in kept),
-                        key=lambda e: (not e.stale, e.used)):  # stale first, then oldest use
+    for entry in sorted(
+        (e for e in entries if e.path not in kept), key=lambda e: (not e.stale, e.used)
+    ):  # stale first, then oldest use
         if not (limit is not None and total > limit) and not (stale and entry.stale):
             break
         cache.remove(entry.path)

@@ -110,8 +110,9 @@ def summarize_nvcc_errors(stderr: str, limit: int = 4000) -> str:
     return text[:limit]
 
 
-def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEntry,
-                       cached: bool) -> BuildResult:
+def _result_from_entry(
+    config: Config, target: Target, key: str, entry: CacheEntry, cached: bool
+) -> BuildResult:
     rec = entry.record
     return BuildResult(
         config=config,
@@ -127,8 +128,7 @@ def _result_from_entry(config: Config, target: Target, key: str, entry: CacheEnt
     )
 
 
-def _cached(config: Config, target: Target, key: str,
-            cache: ArtifactCache) -> BuildResult | None:
+def _cached(config: Config, target: Target, key: str, cache: ArtifactCache) -> BuildResult | None:
     """The verified cache entry of `key` as a build, or None (a record that does not describe a
     build is evicted like a damaged cubin)."""
     entry = cache.get(config.family, key)
@@ -147,8 +147,13 @@ def build_key(config: Config, target: Target) -> str:
     space = load_space(config.family)
     if not space.compiled:
         return f"{TORCH_KEY_PREFIX}{config.digest}"
-    return artifact_key(space.build_view(space.validate(config)), space.gencode_for(target),
-                        family_source_hash(space), toolchain(), NVCC_FLAGS)
+    return artifact_key(
+        space.build_view(space.validate(config)),
+        space.gencode_for(target),
+        family_source_hash(space),
+        toolchain(),
+        NVCC_FLAGS,
+    )
 
 
 def _fit(config: Config, target: Target) -> tuple[ValidConfig | None, list[str]]:
@@ -162,8 +167,7 @@ def _fit(config: Config, target: Target) -> tuple[ValidConfig | None, list[str]]
     return valid, space.violations(valid, target)
 
 
-def cached_build(config: ValidConfig, target: Target,
-                 cache: ArtifactCache) -> BuildResult | None:
+def cached_build(config: ValidConfig, target: Target, cache: ArtifactCache) -> BuildResult | None:
     """The cached build of a config that fits `target` (not checked again), or None; raises
     ToolchainError where there is no toolchain to compute the key with."""
     if not config.space.compiled:
@@ -171,8 +175,9 @@ def cached_build(config: ValidConfig, target: Target,
     return _cached(config, target, build_key(config, target), cache)
 
 
-def lookup(config: Config, target: Target,
-           cache: ArtifactCache | None = None) -> BuildResult | None:
+def lookup(
+    config: Config, target: Target, cache: ArtifactCache | None = None
+) -> BuildResult | None:
     """The cached build of a valid config, or None. Runs no subprocess."""
     valid, reasons = _fit(config, target)
     if valid is None or reasons:
@@ -180,9 +185,13 @@ def lookup(config: Config, target: Target,
     return cached_build(valid, target, cache or ArtifactCache())
 
 
-def compile_config(config: Config, target: Target | None = None,
-                   cache: ArtifactCache | None = None,
-                   timeout: float = DEFAULT_TIMEOUT_S, force: bool = False) -> BuildResult:
+def compile_config(
+    config: Config,
+    target: Target | None = None,
+    cache: ArtifactCache | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    force: bool = False,
+) -> BuildResult:
     """Build one config (or return its cached build); a plain config is validated first, a
     ValidConfig is taken as it is (only its fit to `target` is checked)."""
     target = target or default_target()
@@ -203,8 +212,13 @@ def compile_config(config: Config, target: Target | None = None,
     limit = configured_limit()  # and a bad limit setting stops it there too
     # What the build is made with; a failure carries it too, so that the database records the
     # toolchain a config failed under (a new one tries it again).
-    made_with = {"toolchain": {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version,
-                               "kernel_source": family_source_hash(space)}}
+    made_with = {
+        "toolchain": {
+            "nvcc": tools.nvcc_version,
+            "cutlass": tools.cutlass_version,
+            "kernel_source": family_source_hash(space),
+        }
+    }
 
     source = render(built)
     with cache.work_dir() as tmp:  # in the cache: one a killed build leaves is removed
@@ -213,27 +227,47 @@ def compile_config(config: Config, target: Target | None = None,
         src.write_text(source.text)
         start = time.perf_counter()
         try:
-            proc = subprocess.run(nvcc_command(tools, gencode, src, out), capture_output=True,
-                                  text=True, timeout=timeout)
+            proc = subprocess.run(
+                nvcc_command(tools, gencode, src, out),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
-            return BuildResult(config, target.arch, Status.TIMEOUT, key=key,
-                               seconds=time.perf_counter() - start,
-                               message=f"nvcc did not finish in {timeout:.0f} s",
-                               record=made_with)
+            return BuildResult(
+                config,
+                target.arch,
+                Status.TIMEOUT,
+                key=key,
+                seconds=time.perf_counter() - start,
+                message=f"nvcc did not finish in {timeout:.0f} s",
+                record=made_with,
+            )
         seconds = time.perf_counter() - start
         if proc.returncode != 0 or not out.is_file():
-            return BuildResult(config, target.arch, Status.COMPILE_ERROR, key=key,
-                               seconds=seconds, message=summarize_nvcc_errors(proc.stderr),
-                               record=made_with)
+            return BuildResult(
+                config,
+                target.arch,
+                Status.COMPILE_ERROR,
+                key=key,
+                seconds=seconds,
+                message=summarize_nvcc_errors(proc.stderr),
+                record=made_with,
+            )
         cubin = out.read_bytes()
     try:
         report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
         info = read_launch_info(cubin)
     except (PtxasParseError, CubinError) as exc:
-        return BuildResult(config, target.arch, Status.COMPILE_ERROR, key=key,
-                           seconds=seconds,
-                           message=f"nvcc succeeded but its output is unusable: {exc}",
-                           record=made_with)
+        return BuildResult(
+            config,
+            target.arch,
+            Status.COMPILE_ERROR,
+            key=key,
+            seconds=seconds,
+            message=f"nvcc succeeded but its output is unusable: {exc}",
+            record=made_with,
+        )
     record = {
         "key": key,
         "config": built.as_dict(),
@@ -247,8 +281,9 @@ def compile_config(config: Config, target: Target | None = None,
         "compile_seconds": round(seconds, 3),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    entry = cache.put(config.family, key, cubin, record, {f"{source.name}.cu": source.text},
-                      replace=force)
+    entry = cache.put(
+        config.family, key, cubin, record, {f"{source.name}.cu": source.text}, replace=force
+    )
     try:
         prune(cache, limit, flags=NVCC_FLAGS, keep=[entry.directory])
     except OSError as exc:  # a cache another process prunes meanwhile: the build stands
@@ -258,20 +293,34 @@ def compile_config(config: Config, target: Target | None = None,
 
 def _nothing_to_build(config: Config, target: Target) -> BuildResult:
     """The "build" of a torch SDPA config: ready to run, no cubin (key=None: no build row)."""
-    return BuildResult(config, target.arch, Status.OK, cached=True,
-                       message="torch SDPA backend: nothing to compile")
+    return BuildResult(
+        config,
+        target.arch,
+        Status.OK,
+        cached=True,
+        message="torch SDPA backend: nothing to compile",
+    )
 
 
-def _compile_in_worker(config_json: str, target: Target, cache_root: str, timeout: float,
-                       force: bool) -> BuildResult:
-    return compile_config(Config.from_json(config_json), target,
-                          ArtifactCache(Path(cache_root)), timeout, force)
+def _compile_in_worker(
+    config_json: str, target: Target, cache_root: str, timeout: float, force: bool
+) -> BuildResult:
+    return compile_config(
+        Config.from_json(config_json), target, ArtifactCache(Path(cache_root)), timeout, force
+    )
 
 
-def _compile_in_pools(configs: Sequence[Config], pending: list[int],
-                      results: list[BuildResult | None], target: Target, cache: ArtifactCache,
-                      jobs: int, timeout: float, force: bool,
-                      on_result: Callable[[BuildResult], None] | None) -> None:
+def _compile_in_pools(
+    configs: Sequence[Config],
+    pending: list[int],
+    results: list[BuildResult | None],
+    target: Target,
+    cache: ArtifactCache,
+    jobs: int,
+    timeout: float,
+    force: bool,
+    on_result: Callable[[BuildResult], None] | None,
+) -> None:
     """Compile `configs[i]` for each pending i into `results`, in process pools; the configs
     of a pool that broke go to a fresh one (the last attempt one config at a time)."""
     cache_root = str(cache.root.parent)
@@ -284,8 +333,9 @@ def _compile_in_pools(configs: Sequence[Config], pending: list[int],
         broken: list[int] = []
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = {
-                pool.submit(_compile_in_worker, configs[i].to_json(), target, cache_root,
-                            timeout, force): i
+                pool.submit(
+                    _compile_in_worker, configs[i].to_json(), target, cache_root, timeout, force
+                ): i
                 for i in pending
             }
             for future in as_completed(futures):
@@ -301,14 +351,23 @@ def _compile_in_pools(configs: Sequence[Config], pending: list[int],
                 if on_result:
                     on_result(result)
         if broken and attempt < POOL_ATTEMPTS:
-            log.warning("a compile worker process died (%s); %d configs go to a fresh pool "
-                        "(attempt %d of %d)", why, len(broken), attempt + 1, POOL_ATTEMPTS)
+            log.warning(
+                "a compile worker process died (%s); %d configs go to a fresh pool "
+                "(attempt %d of %d)",
+                why,
+                len(broken),
+                attempt + 1,
+                POOL_ATTEMPTS,
+            )
         pending = sorted(broken)
     for i in pending:
         results[i] = BuildResult(
-            configs[i], target.arch, Status.INFRASTRUCTURE,
+            configs[i],
+            target.arch,
+            Status.INFRASTRUCTURE,
             message=f"the compile worker process died in {POOL_ATTEMPTS} pools ({why}); this "
-                    "says nothing about the config, which is compiled again next time")
+            "says nothing about the config, which is compiled again next time",
+        )
         if on_result:
             on_result(results[i])  # type: ignore[arg-type]
 
@@ -318,10 +377,16 @@ def default_jobs() -> int:
     return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
 
 
-def compile_many(configs: Sequence[Config], target: Target | None = None, *,
-                 jobs: int | None = None, cache: ArtifactCache | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S, force: bool = False,
-                 on_result: Callable[[BuildResult], None] | None = None) -> list[BuildResult]:
+def compile_many(
+    configs: Sequence[Config],
+    target: Target | None = None,
+    *,
+    jobs: int | None = None,
+    cache: ArtifactCache | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    force: bool = False,
+    on_result: Callable[[BuildResult], None] | None = None,
+) -> list[BuildResult]:
     """Build many configs, cache misses in a process pool; results in input order.
 
     Static pruning and cache hits are answered in this process first, so the pool only ever sees
@@ -335,8 +400,9 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
     for i, config in enumerate(configs):
         valid, reasons = _fit(config, target)
         if valid is None or reasons:
-            results[i] = BuildResult(config, target.arch, Status.INVALID,
-                                     message="; ".join(reasons))
+            results[i] = BuildResult(
+                config, target.arch, Status.INVALID, message="; ".join(reasons)
+            )
         elif not force and (hit := cached_build(valid, target, cache)) is not None:
             results[i] = hit
         else:
@@ -360,8 +426,17 @@ def compile_many(configs: Sequence[Config], target: Target | None = None, *,
                 shared[i] = first[view]
             else:
                 first[view] = i
-        _compile_in_pools(checked, [i for i in pending if i not in shared], results, target,
-                          cache, jobs or default_jobs(), timeout, force, on_result)
+        _compile_in_pools(
+            checked,
+            [i for i in pending if i not in shared],
+            results,
+            target,
+            cache,
+            jobs or default_jobs(),
+            timeout,
+            force,
+            on_result,
+        )
         for i, j in shared.items():
             source = results[j]
             assert source is not None

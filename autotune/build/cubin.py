@@ -11,10 +11,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 INFO_SYMBOL = "cute_autotune_fwd_info"
-_FIELDS = ("abi_version", "family", "head_dim", "dtype", "causal", "block_m", "block_n",
-           "threads", "smem_bytes", "persistent", "tma_box_cols", "tma_swizzle_bytes",
-           "tma_box_rows_q", "tma_box_rows_k", "tma_box_rows_v", "tma_box_rows_o", "pack_gqa",
-           "split_kv")
+_FIELDS = (
+    "abi_version",
+    "family",
+    "head_dim",
+    "dtype",
+    "causal",
+    "block_m",
+    "block_n",
+    "threads",
+    "smem_bytes",
+    "persistent",
+    "tma_box_cols",
+    "tma_swizzle_bytes",
+    "tma_box_rows_q",
+    "tma_box_rows_k",
+    "tma_box_rows_v",
+    "tma_box_rows_o",
+    "pack_gqa",
+    "split_kv",
+)
 
 
 @dataclass(frozen=True)
@@ -52,10 +68,11 @@ def read_launch_info(cubin: bytes | Path) -> LaunchInfo:
     data = cubin.read_bytes() if isinstance(cubin, Path) else cubin
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CubinError("not a 64-bit little-endian ELF cubin")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-                for i in range(shnum)]
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
     # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
     for sec in sections:
         if sec[1] != 2:  # SHT_SYMTAB

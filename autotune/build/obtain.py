@@ -22,8 +22,13 @@ from .pack import find_pack
 from .toolchain import ToolchainError
 
 
-def obtain(config: ValidConfig, target: Target, *, compile_on_miss: bool = True,
-           cache: ArtifactCache | None = None) -> BuildResult:
+def obtain(
+    config: ValidConfig,
+    target: Target,
+    *,
+    compile_on_miss: bool = True,
+    cache: ArtifactCache | None = None,
+) -> BuildResult:
     """The build of `config` for `target`: cached, prebuilt in the kernel pack, or compiled now
     (when nvcc is here and `compile_on_miss`); else a failed build saying why there is none.
 
@@ -48,11 +53,17 @@ def obtain(config: ValidConfig, target: Target, *, compile_on_miss: bool = True,
         why = answer.reason
     name = space.name_of(config)
     if missing:
-        return BuildResult(config, target.arch, Status.INFRASTRUCTURE,
-                           message=f"{name} has no build here and cannot be compiled: "
-                                   f"{missing}; {why}")
+        return BuildResult(
+            config,
+            target.arch,
+            Status.INFRASTRUCTURE,
+            message=f"{name} has no build here and cannot be compiled: {missing}; {why}",
+        )
     if not compile_on_miss:
-        return BuildResult(config, target.arch, Status.INFRASTRUCTURE,
-                           message=f"{name} is not compiled and compile-on-miss is off; "
-                                   f"{why}")
+        return BuildResult(
+            config,
+            target.arch,
+            Status.INFRASTRUCTURE,
+            message=f"{name} is not compiled and compile-on-miss is off; {why}",
+        )
     return compile_config(config, target, cache)

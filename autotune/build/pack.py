@@ -100,9 +100,12 @@ class KernelPack:
         self.sources: dict[str, str] = dict(manifest["kernel_sources"])
         self.entries: dict[str, dict[str, Any]] = dict(manifest["entries"])
         self.made_with: dict[str, str] = dict(manifest.get("made_with", {}))
-        self.launchers = [LauncherFile(item["tag"], item["suffix"], item["pybind11"],
-                                       Path(item["file"]), item["sha256"])
-                          for item in manifest["launchers"]]
+        self.launchers = [
+            LauncherFile(
+                item["tag"], item["suffix"], item["pybind11"], Path(item["file"]), item["sha256"]
+            )
+            for item in manifest["launchers"]
+        ]
         if not all(isinstance(entry, dict) for entry in self.entries.values()):
             raise ValueError("an entry is not an object")
 
@@ -113,14 +116,17 @@ class KernelPack:
         try:
             manifest = json.loads((root / MANIFEST).read_text())
         except (OSError, ValueError) as exc:
-            raise PackError(f"{root} is not a kernel pack: cannot read {MANIFEST} ({exc})"
-                            ) from None
+            raise PackError(
+                f"{root} is not a kernel pack: cannot read {MANIFEST} ({exc})"
+            ) from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise PackError(f"{root / MANIFEST} is not a {FORMAT} manifest")
         if manifest.get("version") != FORMAT_VERSION:
-            raise PackError(f"{root / MANIFEST} is of format version "
-                            f"{manifest.get('version')!r}; this release reads {FORMAT_VERSION}: "
-                            "make the pack again with this release")
+            raise PackError(
+                f"{root / MANIFEST} is of format version "
+                f"{manifest.get('version')!r}; this release reads {FORMAT_VERSION}: "
+                "make the pack again with this release"
+            )
         try:
             return cls(root, manifest)
         except (KeyError, TypeError, ValueError) as exc:
@@ -140,21 +146,27 @@ class KernelPack:
         gencode = space.gencode_for(target)
         here = family_source_hash(space)
         if target.arch not in self.archs:
-            return PackAnswer(None, f"the kernel pack {self.root} holds kernels for "
-                              f"{', '.join(self.archs) or 'no GPU'}, not {target.arch}")
+            return PackAnswer(
+                None,
+                f"the kernel pack {self.root} holds kernels for "
+                f"{', '.join(self.archs) or 'no GPU'}, not {target.arch}",
+            )
         packed = self.sources.get(space.family)
         if packed is None:
-            return PackAnswer(None, f"the kernel pack {self.root} holds no {space.family} "
-                              "kernels")
+            return PackAnswer(None, f"the kernel pack {self.root} holds no {space.family} kernels")
         if packed != here:
-            return PackAnswer(None, f"the kernel pack {self.root} was built from other "
-                              f"{space.family} kernel sources ({packed}; installed: {here}), "
-                              "so it is not used: make it again from this release")
+            return PackAnswer(
+                None,
+                f"the kernel pack {self.root} was built from other "
+                f"{space.family} kernel sources ({packed}; installed: {here}), "
+                "so it is not used: make it again from this release",
+            )
         key = pack_key(view, gencode)
         entry = self.entries.get(key)
         if entry is None:
-            return PackAnswer(None, f"the kernel pack {self.root} has no build of {name} "
-                              f"({gencode})")
+            return PackAnswer(
+                None, f"the kernel pack {self.root} has no build of {name} ({gencode})"
+            )
         directory = self.root / CUBINS / space.family / key
         record, why = _read_record(directory)
         if record is not None:
@@ -164,14 +176,24 @@ class KernelPack:
             return PackAnswer(None, f"the kernel pack's build of {name} is refused: {why}")
         try:
             build = BuildResult(
-                config=config, arch=target.arch, status=Status.OK, key=record.get("key"),
-                cubin=directory / CUBIN, ptxas=PtxasReport(**record["ptxas"]),
+                config=config,
+                arch=target.arch,
+                status=Status.OK,
+                key=record.get("key"),
+                cubin=directory / CUBIN,
+                ptxas=PtxasReport(**record["ptxas"]),
                 launch_info=LaunchInfo(**record["launch_info"]),
-                seconds=float(record.get("compile_seconds", 0.0)), cached=True,
-                message=f"prebuilt, from the kernel pack {self.root}", record=record)
+                seconds=float(record.get("compile_seconds", 0.0)),
+                cached=True,
+                message=f"prebuilt, from the kernel pack {self.root}",
+                record=record,
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            return PackAnswer(None, f"the kernel pack's build of {name} is refused: {RECORD} "
-                              f"does not describe a build ({exc!r})")
+            return PackAnswer(
+                None,
+                f"the kernel pack's build of {name} is refused: {RECORD} "
+                f"does not describe a build ({exc!r})",
+            )
         return PackAnswer(build)
 
     def launcher(self, tag: str) -> tuple[Path | None, str]:
@@ -185,14 +207,21 @@ class KernelPack:
             except (OSError, PackError) as exc:
                 return None, f"the kernel pack's launcher is unusable ({exc})"
             if digest != item.sha256:
-                log.warning("kernel pack: refused the launcher %s: its SHA-256 does not match "
-                            "the manifest", path)
-                return None, (f"the kernel pack's launcher {path} is refused: it does not match "
-                              f"its recorded SHA-256 (damaged or replaced)")
+                log.warning(
+                    "kernel pack: refused the launcher %s: its SHA-256 does not match "
+                    "the manifest",
+                    path,
+                )
+                return None, (
+                    f"the kernel pack's launcher {path} is refused: it does not match "
+                    f"its recorded SHA-256 (damaged or replaced)"
+                )
             return path, ""
         built_for = "; ".join(item.describe() for item in self.launchers) or "no Python"
-        return None, (f"the kernel pack {self.root} holds a launcher for {built_for}, not for "
-                      "this Python and kernel sources")
+        return None, (
+            f"the kernel pack {self.root} holds a launcher for {built_for}, not for "
+            "this Python and kernel sources"
+        )
 
 
 def _read_record(directory: Path) -> tuple[dict[str, Any] | None, str]:
@@ -205,18 +234,27 @@ def _read_record(directory: Path) -> tuple[dict[str, Any] | None, str]:
     return record, ""
 
 
-def _refusal(directory: Path, record: dict[str, Any], entry: dict[str, Any], view: Config,
-             gencode: str, sources: str) -> str:
+def _refusal(
+    directory: Path,
+    record: dict[str, Any],
+    entry: dict[str, Any],
+    view: Config,
+    gencode: str,
+    sources: str,
+) -> str:
     """Why a pack entry must not be served ("" when it may): it is not the build asked for, or
     its cubin is not the one its record describes."""
     made_with = record.get("toolchain")
     if record.get("config") != view.as_dict() or record.get("gencode") != gencode:
-        return f"its {RECORD} describes another build ({record.get('name')}, " \
-               f"{record.get('gencode')})"
+        return (
+            f"its {RECORD} describes another build ({record.get('name')}, {record.get('gencode')})"
+        )
     if not isinstance(made_with, dict) or made_with.get("kernel_source") != sources:
-        return ("it was built from other kernel sources "
-                f"({made_with.get('kernel_source') if isinstance(made_with, dict) else None}; "
-                f"installed: {sources})")
+        return (
+            "it was built from other kernel sources "
+            f"({made_with.get('kernel_source') if isinstance(made_with, dict) else None}; "
+            f"installed: {sources})"
+        )
     if record.get("flags") != NVCC_FLAGS:
         return f"it was built with other nvcc flags ({record.get('flags')})"
     try:
@@ -225,8 +263,10 @@ def _refusal(directory: Path, record: dict[str, Any], entry: dict[str, Any], vie
         return f"cannot read its cubin ({exc.strerror})"
     digest = hashlib.sha256(data).hexdigest()
     if digest != record.get(DIGEST) or digest != entry.get(DIGEST):
-        return (f"the cubin ({len(data)} bytes) does not match its recorded SHA-256 (damaged or "
-                "replaced)")
+        return (
+            f"the cubin ({len(data)} bytes) does not match its recorded SHA-256 (damaged or "
+            "replaced)"
+        )
     return ""
 
 
@@ -258,8 +298,10 @@ def find_pack() -> tuple[KernelPack | None, str]:
     if override:
         root = pack_folder(Path(override).expanduser())
         if root is None:
-            return None, (f"${ENV}={override} holds no kernel pack (no {MANIFEST} in it or in "
-                          f"its {PACKAGE}/)")
+            return None, (
+                f"${ENV}={override} holds no kernel pack (no {MANIFEST} in it or in "
+                f"its {PACKAGE}/)"
+            )
     else:
         spec = find_spec(PACKAGE)
         locations = list(spec.submodule_search_locations or []) if spec is not None else []

@@ -66,18 +66,24 @@ def build_views(configs: Sequence[Config]) -> list[Config]:
     return list(views)
 
 
-def write_pack(out: Path, selections: Sequence[tuple[Target, Sequence[Config]]],
-               launcher: LauncherFile, *, cache: ArtifactCache | None = None,
-               jobs: int | None = None,
-               on_result: Callable[[BuildResult], None] | None = None) -> PackReport:
+def write_pack(
+    out: Path,
+    selections: Sequence[tuple[Target, Sequence[Config]]],
+    launcher: LauncherFile,
+    *,
+    cache: ArtifactCache | None = None,
+    jobs: int | None = None,
+    on_result: Callable[[BuildResult], None] | None = None,
+) -> PackReport:
     """Write the pack of `selections` (per target, the configs whose builds it holds; torch's
     configs are left out) with `launcher` to `out`. A config that does not build is reported
     in the result and left out of the pack."""
     cache = cache or ArtifactCache()
     builds: list[BuildResult] = []
     for target, configs in selections:
-        builds += compile_many(build_views(configs), target, jobs=jobs, cache=cache,
-                               on_result=on_result)
+        builds += compile_many(
+            build_views(configs), target, jobs=jobs, cache=cache, on_result=on_result
+        )
     out = out.expanduser().absolute()
     _check_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -89,21 +95,35 @@ def write_pack(out: Path, selections: Sequence[tuple[Target, Sequence[Config]]],
             if build.ok:
                 key, entry = _copy_build(build, package)
                 entries[key] = entry
-        sources = {e["family"]: family_source_hash(load_space(e["family"]))
-                   for e in entries.values()}
+        sources = {
+            e["family"]: family_source_hash(load_space(e["family"])) for e in entries.values()
+        }
         shipped = _copy_launcher(launcher, package)
         archs = sorted({target.arch for target, _ in selections})
-        manifest = {"format": FORMAT, "version": FORMAT_VERSION, "archs": archs,
-                    "made_with": _made_with(), "kernel_sources": sources,
-                    "flags": NVCC_FLAGS, "launchers": [shipped], "entries": entries}
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "archs": archs,
+            "made_with": _made_with(),
+            "kernel_sources": sources,
+            "flags": NVCC_FLAGS,
+            "launchers": [shipped],
+            "entries": entries,
+        }
         text = json.dumps(manifest, indent=1, sort_keys=True)
         (package / MANIFEST).write_text(text)
         (package / "__init__.py").write_text(_INIT.format(archs=", ".join(archs)))
         digest = hashlib.sha256(text.encode()).hexdigest()[:8]
         local = ".".join(a.replace("_", "") for a in archs)
-        (staging / "pyproject.toml").write_text(_PYPROJECT.format(
-            name=DISTRIBUTION, version=f"{_version()}+{local}.{digest}", archs=", ".join(archs),
-            package=PACKAGE, data=json.dumps([MANIFEST, f"{CUBINS}/*/*/*", f"{LAUNCHERS}/*/*"])))
+        (staging / "pyproject.toml").write_text(
+            _PYPROJECT.format(
+                name=DISTRIBUTION,
+                version=f"{_version()}+{local}.{digest}",
+                archs=", ".join(archs),
+                package=PACKAGE,
+                data=json.dumps([MANIFEST, f"{CUBINS}/*/*/*", f"{LAUNCHERS}/*/*"]),
+            )
+        )
         staging.chmod(0o755)  # mkdtemp's 0700 would travel with the pack
         _replace(out, staging)
     except BaseException:
@@ -114,10 +134,11 @@ def write_pack(out: Path, selections: Sequence[tuple[Target, Sequence[Config]]],
 
 def _check_destination(out: Path) -> None:
     """Refuse to overwrite a folder that is not a kernel pack (checked before the copying)."""
-    if out.exists() and (not out.is_dir() or (any(out.iterdir())
-                                              and pack_folder(out) is None)):
-        raise PackError(f"{out} exists and is not a kernel pack: choose another --out "
-                        "(an existing pack is replaced, anything else is left alone)")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and pack_folder(out) is None)):
+        raise PackError(
+            f"{out} exists and is not a kernel pack: choose another --out "
+            "(an existing pack is replaced, anything else is left alone)"
+        )
 
 
 def _replace(out: Path, staging: Path) -> None:
@@ -148,16 +169,27 @@ def _copy_build(build: BuildResult, package: Path) -> tuple[str, dict[str, Any]]
     if digest != record.get(DIGEST) or record.get("config") != view.as_dict():
         # the cache verified the entry when it served it; this is a change since
         raise PackError(f"the cache entry {build.cubin.parent} changed while it was copied")
-    return key, {"family": space.family, "name": space.name_of(view), "arch": build.arch,
-                 "gencode": gencode, "config": view.as_dict(), DIGEST: digest}
+    return key, {
+        "family": space.family,
+        "name": space.name_of(view),
+        "arch": build.arch,
+        "gencode": gencode,
+        "config": view.as_dict(),
+        DIGEST: digest,
+    }
 
 
 def _copy_launcher(launcher: LauncherFile, package: Path) -> dict[str, str]:
     relative = Path(LAUNCHERS) / launcher.tag / launcher.path.name
     (package / relative).parent.mkdir(parents=True)
     shutil.copyfile(launcher.path, package / relative)
-    return {"tag": launcher.tag, "suffix": launcher.suffix, "pybind11": launcher.pybind11,
-            "file": relative.as_posix(), "sha256": sha256_of(package / relative)}
+    return {
+        "tag": launcher.tag,
+        "suffix": launcher.suffix,
+        "pybind11": launcher.pybind11,
+        "file": relative.as_posix(),
+        "sha256": sha256_of(package / relative),
+    }
 
 
 def _version() -> str:
@@ -169,8 +201,11 @@ def _version() -> str:
 
 def _made_with() -> dict[str, str]:
     tools = toolchain()
-    return {"cute_autotune": _version(), "nvcc": tools.nvcc_version,
-            "cutlass": tools.cutlass_version}
+    return {
+        "cute_autotune": _version(),
+        "nvcc": tools.nvcc_version,
+        "cutlass": tools.cutlass_version,
+    }
 
 
 _INIT = '''"""Prebuilt cute-autotune kernels for {archs}: a kernel pack, made by
@@ -183,7 +218,7 @@ from pathlib import Path
 PATH = Path(__file__).resolve().parent
 '''
 
-_PYPROJECT = '''# Made by `cute-autotune kernels pack`: prebuilt cute-autotune kernels for {archs}.
+_PYPROJECT = """# Made by `cute-autotune kernels pack`: prebuilt cute-autotune kernels for {archs}.
 # `pip install .` here installs them; cute-autotune then runs them without the CUDA toolkit.
 [build-system]
 requires = ["setuptools>=68"]
@@ -201,4 +236,4 @@ include-package-data = false
 
 [tool.setuptools.package-data]
 "{package}" = {data}
-'''
+"""

@@ -42,8 +42,9 @@ class Toolchain:
 def find_cuda_include(nvcc: Path | None = None) -> Path:
     """The include/ folder holding cuda.h, for the host-side launcher build. It needs only the
     header, not nvcc: `nvcc` (else the one `find_nvcc` finds, if any) is one place it looks."""
-    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH")
-                  if os.environ.get(v)]
+    candidates = [
+        Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
+    ]
     if nvcc is None:
         try:
             nvcc = find_nvcc()

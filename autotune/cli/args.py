@@ -8,8 +8,9 @@ import math
 from collections.abc import Callable
 
 
-def _number(kind: type[int] | type[float], low: float, inclusive: bool,
-            what: str) -> Callable[[str], int | float]:
+def _number(
+    kind: type[int] | type[float], low: float, inclusive: bool, what: str
+) -> Callable[[str], int | float]:
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
@@ -48,7 +49,8 @@ def database_argument(text: str) -> str:
         folder = Path(path.parent)
         raise argparse.ArgumentTypeError(
             f"the folder {folder} of the database file {path.name} does not exist (nothing is "
-            f"created there): make it first, or name a file in an existing folder")
+            f"created there): make it first, or name a file in an existing folder"
+        )
     return text
 
 
@@ -57,9 +59,12 @@ database_argument.__name__ = "a database URL or SQLite file"
 
 def add_database(p: argparse.ArgumentParser) -> None:
     """`--db` in one form on every command that reads or writes the tuning database."""
-    p.add_argument("--db", type=database_argument,
-                   help="the tuning database: a SQLAlchemy URL or the path of a SQLite file "
-                   "(default: $CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)")
+    p.add_argument(
+        "--db",
+        type=database_argument,
+        help="the tuning database: a SQLAlchemy URL or the path of a SQLite file "
+        "(default: $CUTE_AUTOTUNE_DB, else a SQLite file in the cache directory)",
+    )
 
 
 MASKS = ("false", "true", "both")
@@ -70,9 +75,15 @@ def add_causal(p: argparse.ArgumentParser, *, default: str | None, both: bool, h
     and `--causal true` say it outright, and where a command covers several problems (a shape
     set, a piece of a space) `--causal both` keeps either mask."""
     choices = MASKS if both else MASKS[:2]
-    p.add_argument("--causal", nargs="?", const="true", default=default, choices=choices,
-                   metavar="{" + ",".join(choices) + "}",
-                   help=f"{help}; `--causal` alone: true")
+    p.add_argument(
+        "--causal",
+        nargs="?",
+        const="true",
+        default=default,
+        choices=choices,
+        metavar="{" + ",".join(choices) + "}",
+        help=f"{help}; `--causal` alone: true",
+    )
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -81,7 +92,11 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if (default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
-                and "default" not in text and action.option_strings):
+        if (
+            default not in (None, False, argparse.SUPPRESS)
+            and "%(default)" not in text
+            and "default" not in text
+            and action.option_strings
+        ):
             text += " (default: %(default)s)"
         return text

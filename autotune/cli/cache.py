@@ -47,12 +47,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     left = leftovers(cache)
     limit = configured_limit()
     total = sum(e.size for e in entries)
-    print(f"cubin cache {cache.root}: {len(entries)} entries, {size_text(total)} of "
-          f"{size_text(limit)} ({LIMIT_ENV})")
+    print(
+        f"cubin cache {cache.root}: {len(entries)} entries, {size_text(total)} of "
+        f"{size_text(limit)} ({LIMIT_ENV})"
+    )
     if args.entries:
         now = time.time()
-        rows = [[e.family, e.key, size_text(e.size), _age(now - e.used), e.stale or "current"]
-                for e in sorted(entries, key=lambda e: (e.family, -e.used))]
+        rows = [
+            [e.family, e.key, size_text(e.size), _age(now - e.used), e.stale or "current"]
+            for e in sorted(entries, key=lambda e: (e.family, -e.used))
+        ]
         if rows:
             print(render_table(["family", "key", "size", "last used", "state"], rows))
     else:
@@ -62,8 +66,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = []
         for family, group in sorted(by_family.items()):
             stale = [e for e in group if e.stale]
-            rows.append([family, str(len(group)), size_text(sum(e.size for e in group)),
-                         str(len(stale)), size_text(sum(e.size for e in stale))])
+            rows.append(
+                [
+                    family,
+                    str(len(group)),
+                    size_text(sum(e.size for e in group)),
+                    str(len(stale)),
+                    size_text(sum(e.size for e in stale)),
+                ]
+            )
         if rows:
             print(render_table(["family", "entries", "size", "stale", "stale size"], rows))
     if left:
@@ -75,9 +86,11 @@ def _said(report: PruneReport, verb: str) -> None:
     for entry, why in report.evicted:
         print(f"{verb} {entry.family}/{entry.key} ({size_text(entry.size)}): {why}")
     freed = sum(entry.size for entry, _ in report.evicted)
-    print(f"{verb} {len(report.evicted)} entries ({size_text(freed)}) and "
-          f"{len(report.leftovers)} folders of interrupted builds; "
-          f"{len(report.kept)} entries ({size_text(report.kept_bytes)}) kept")
+    print(
+        f"{verb} {len(report.evicted)} entries ({size_text(freed)}) and "
+        f"{len(report.leftovers)} folders of interrupted builds; "
+        f"{len(report.kept)} entries ({size_text(report.kept_bytes)}) kept"
+    )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -96,21 +109,31 @@ def cmd_clear(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("cache", help="the cubin cache: list, prune and clear its entries")
     actions = p.add_subparsers(dest="cache_command", required=True, help="what to do")
-    p = actions.add_parser("list", formatter_class=HelpFormatter,
-                           help="the entries by family, their size and how many are stale")
+    p = actions.add_parser(
+        "list",
+        formatter_class=HelpFormatter,
+        help="the entries by family, their size and how many are stale",
+    )
     p.add_argument("--entries", action="store_true", help="one line per entry")
     p.set_defaults(func=cmd_list)
     p = actions.add_parser(
-        "prune", formatter_class=HelpFormatter,
+        "prune",
+        formatter_class=HelpFormatter,
         help="remove what interrupted builds left, then evict entries (stale first, then the "
-        "least recently used) until the cache fits its limit")
-    p.add_argument("--limit", help=f"the size to fit, e.g. 2G or 500M (default: ${LIMIT_ENV}, "
-                   "else 2G)")
-    p.add_argument("--stale", action="store_true",
-                   help="also evict every stale entry (built from other kernel sources, "
-                   "toolchain or flags), whatever the size")
+        "least recently used) until the cache fits its limit",
+    )
+    p.add_argument(
+        "--limit", help=f"the size to fit, e.g. 2G or 500M (default: ${LIMIT_ENV}, else 2G)"
+    )
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="also evict every stale entry (built from other kernel sources, "
+        "toolchain or flags), whatever the size",
+    )
     p.set_defaults(func=cmd_prune)
-    p = actions.add_parser("clear", formatter_class=HelpFormatter,
-                           help="remove every entry (or one family's)")
+    p = actions.add_parser(
+        "clear", formatter_class=HelpFormatter, help="remove every entry (or one family's)"
+    )
     p.add_argument("--family", help="only this kernel family's entries")
     p.set_defaults(func=cmd_clear)

@@ -31,8 +31,7 @@ def static_part(problem: Problem, target: Target) -> bool:
             continue
         values = problem.space_values()
         total = sum(1 for _ in space.all_configs(values))
-        counts.append([family, len(space.valid_configs(target, values)), total,
-                       space.description])
+        counts.append([family, len(space.valid_configs(target, values)), total, space.description])
         default = space.heuristic(values)
         if default is not None and space.is_valid(default, target):
             defaults.append(default)
@@ -55,23 +54,42 @@ def gpu_part(problem: Problem, trials: int, db: str | None) -> int:
     from .tuning import outcome_rows
 
     url = db or default_url()
-    print(f"\ntuning {problem.describe()} on {torch.cuda.get_device_name()}: {trials} trials per "
-          f"kernel family, then the top 3 of each re-timed together (database {url})")
+    print(
+        f"\ntuning {problem.describe()} on {torch.cuda.get_device_name()}: {trials} trials per "
+        f"kernel family, then the top 3 of each re-timed together (database {url})"
+    )
     settings = SearchSettings(trials=trials, batch_size=trials, rerank_top=3)
     outcome = tune(problem, db=url, settings=settings)[0]
-    print(render_table(["problem", "family", "best config", "TFLOP/s", "vs SDPA", "vs FLASH",
-                        "this session", "trials"],
-                       outcome_rows(outcome, marked=len(outcome.families) > 1)))
+    print(
+        render_table(
+            [
+                "problem",
+                "family",
+                "best config",
+                "TFLOP/s",
+                "vs SDPA",
+                "vs FLASH",
+                "this session",
+                "trials",
+            ],
+            outcome_rows(outcome, marked=len(outcome.families) > 1),
+        )
+    )
     answer = best_config(problem, db=url)
     if answer is None:
-        print("\nno config of any family passed validation and timing; attention() falls back "
-              "to torch SDPA", file=sys.stderr)
+        print(
+            "\nno config of any family passed validation and timing; attention() falls back "
+            "to torch SDPA",
+            file=sys.stderr,
+        )
         return 1
     record = answer.record
-    print(f"\nbest config in the database ({answer.match}): "
-          f"{load_space(record.config.family).name_of(record.config)}, {record.tflops:.1f} "
-          f"TFLOP/s" + (f", {record.speedup_vs_default:.2f}x SDPA default"
-                        if record.speedup_vs_default else ""))
+    print(
+        f"\nbest config in the database ({answer.match}): "
+        f"{load_space(record.config.family).name_of(record.config)}, {record.tflops:.1f} "
+        f"TFLOP/s"
+        + (f", {record.speedup_vs_default:.2f}x SDPA default" if record.speedup_vs_default else "")
+    )
 
     configure(db=url)
     shape = (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
@@ -83,13 +101,23 @@ def gpu_part(problem: Problem, trials: int, db: str | None) -> int:
     fns: dict[str, Any] = {
         "autotune.attention": lambda i: attention(q, k, v, causal=problem.causal),
         "torch sdpa (default)": lambda i: F.scaled_dot_product_attention(
-            q, k, v, is_causal=problem.causal)}
+            q, k, v, is_causal=problem.causal
+        ),
+    }
     timings = measure(fns, rounds=5, round_ms=30)
-    print(f"\nautotune.attention(q, k, v{', causal=True' if problem.causal else ''}) dispatches "
-          f"on the {decision.path} path: {decision.reason}")
-    print(render_table(["call", "median us", "TFLOP/s"],
-                       [[n, f"{t.median_us:.1f}", f"{problem.tflops(t.median_us):.1f}"]
-                        for n, t in sorted(timings.items(), key=lambda kv: kv[1].median_us)]))
+    print(
+        f"\nautotune.attention(q, k, v{', causal=True' if problem.causal else ''}) dispatches "
+        f"on the {decision.path} path: {decision.reason}"
+    )
+    print(
+        render_table(
+            ["call", "median us", "TFLOP/s"],
+            [
+                [n, f"{t.median_us:.1f}", f"{problem.tflops(t.median_us):.1f}"]
+                for n, t in sorted(timings.items(), key=lambda kv: kv[1].median_us)
+            ],
+        )
+    )
     print(f"relative difference to SDPA: {err:.2e}")
     return 0 if err < 1e-2 else 1
 
@@ -98,8 +126,10 @@ def run(head_dim: int, causal: bool, trials: int, db: str | None, gpu: bool) -> 
     problem = Problem(4, 16, 16, 2048, 2048, head_dim, "fp16", causal)
     target = default_target()
     if not gpu:
-        print("No CUDA GPU is visible here: running the compile-and-static-analysis part only "
-              "(cubins for sm_90; tuning, validation and timing need a GPU).\n")
+        print(
+            "No CUDA GPU is visible here: running the compile-and-static-analysis part only "
+            "(cubins for sm_90; tuning, validation and timing need a GPU).\n"
+        )
     built = static_part(problem, target)
     if not gpu:
         return 0 if built else 1

@@ -109,10 +109,11 @@ def select_configs(args: argparse.Namespace, target: Target) -> list[Config]:
             configs += space.valid_configs(target, {**pins, **combo})
     except InvalidConfig as exc:
         raise UsageError("; ".join(exc.reasons)) from None
-    configs = sorted(set(configs), key=lambda c: (space.name_of(c)))
+    configs = sorted(set(configs), key=lambda c: space.name_of(c))
     if args.sample is not None and args.sample < len(configs):
-        configs = sorted(random.Random(args.seed).sample(configs, args.sample),
-                         key=lambda c: space.name_of(c))
+        configs = sorted(
+            random.Random(args.seed).sample(configs, args.sample), key=lambda c: space.name_of(c)
+        )
     if args.limit is not None:
         configs = configs[: args.limit]
     return configs
@@ -139,22 +140,30 @@ def _resolve_target(args: argparse.Namespace) -> Target:
     return target_for_arch(args.arch) if args.arch else default_target()
 
 
-def _compile(configs: list[Config], target: Target, args: argparse.Namespace
-             ) -> tuple[list[BuildResult], float]:
+def _compile(
+    configs: list[Config], target: Target, args: argparse.Namespace
+) -> tuple[list[BuildResult], float]:
     jobs = args.jobs or default_jobs()
     start = time.perf_counter()
     with progress(len(configs), f"compile ({jobs} jobs)", not args.quiet) as bar:
+
         def tick(result: BuildResult) -> None:
             bar.update(1)
             bar.set_postfix_str(f"{result.status}")
+
         results = compile_many(configs, target, jobs=jobs, force=args.force, on_result=tick)
     return results, time.perf_counter() - start
 
 
 def _host_info(jobs: int) -> dict[str, Any]:
     tools = toolchain()
-    return {"host": platform.node(), "host_cores": os.cpu_count(), "jobs": jobs,
-            "nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version}
+    return {
+        "host": platform.node(),
+        "host_cores": os.cpu_count(),
+        "jobs": jobs,
+        "nvcc": tools.nvcc_version,
+        "cutlass": tools.cutlass_version,
+    }
 
 
 def _selection(args: argparse.Namespace) -> tuple[Target, list[Config]] | None:
@@ -177,20 +186,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
     built = [r for r in results if r.ok and not r.cached]
     ok = sum(r.ok for r in results)
     per_min = 60 * len(built) / wall if built and wall > 0 else 0.0
-    print(f"\n{ok}/{len(results)} built for {target.arch} "
-          f"({sum(r.cached for r in results)} from cache, {len(built)} compiled in {wall:.1f} s"
-          f"{f', {per_min:.1f} configs/min' if built else ''}); "
-          f"{sum(r.status is Status.INVALID for r in results)} pruned, "
-          f"{sum(r.status in (Status.COMPILE_ERROR, Status.TIMEOUT) for r in results)} failed, "
-          f"{sum(r.status is Status.INFRASTRUCTURE for r in results)} not compiled (compile "
-          "workers died); "
-          f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
-          f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized")
+    print(
+        f"\n{ok}/{len(results)} built for {target.arch} "
+        f"({sum(r.cached for r in results)} from cache, {len(built)} compiled in {wall:.1f} s"
+        f"{f', {per_min:.1f} configs/min' if built else ''}); "
+        f"{sum(r.status is Status.INVALID for r in results)} pruned, "
+        f"{sum(r.status in (Status.COMPILE_ERROR, Status.TIMEOUT) for r in results)} failed, "
+        f"{sum(r.status is Status.INFRASTRUCTURE for r in results)} not compiled (compile "
+        "workers died); "
+        f"{sum(bool(r.ptxas and r.ptxas.spills) for r in results)} spill, "
+        f"{sum(bool(r.ptxas and r.ptxas.wgmma_serialized) for r in results)} wgmma-serialized"
+    )
     if args.json:
-        payload = {**_host_info(args.jobs or default_jobs()), "arch": target.arch,
-                   "wall_seconds": round(wall, 2), "compiled_now": len(built),
-                   "configs_per_minute": round(per_min, 2),
-                   "results": [_build_json(r) for r in results]}
+        payload = {
+            **_host_info(args.jobs or default_jobs()),
+            "arch": target.arch,
+            "wall_seconds": round(wall, 2),
+            "compiled_now": len(built),
+            "configs_per_minute": round(per_min, 2),
+            "results": [_build_json(r) for r in results],
+        }
         Path(args.json).write_text(json.dumps(payload, indent=1))
     return 0 if all(r.ok or r.status is Status.INVALID for r in results) else 1
 
@@ -231,9 +246,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..measure.worker import GpuWorker
 
     if not gpu_available():
-        print("cute-autotune check needs a CUDA GPU and none is visible here. "
-              "`cute-autotune compile` builds and statically checks the same configs.",
-              file=sys.stderr)
+        print(
+            "cute-autotune check needs a CUDA GPU and none is visible here. "
+            "`cute-autotune compile` builds and statically checks the same configs.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     import torch
 
@@ -244,12 +261,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     builds, wall = _compile(configs, target, args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     outcomes: list[Validation] = []
-    with GpuWorker(torch.cuda.current_device()) as worker, \
-            progress(len(builds), "validate", not args.quiet) as bar:
+    with (
+        GpuWorker(torch.cuda.current_device()) as worker,
+        progress(len(builds), "validate", not args.quiet) as bar,
+    ):
         for i, build in enumerate(builds):
             if build.ok:  # the validation of measure.trial, in the worker
-                outcomes.append(Validation.of(worker.request(
-                    ValidateRequest(build, seed + i), timeout=args.timeout)))
+                outcomes.append(
+                    Validation.of(
+                        worker.request(ValidateRequest(build, seed + i), timeout=args.timeout)
+                    )
+                )
             else:
                 outcomes.append(Validation(Status.NOT_RUN, f"{build.status}: {build.message}"))
             bar.update(1)
@@ -258,39 +280,72 @@ def cmd_check(args: argparse.Namespace) -> int:
         name = load_space(build.config.family).name_of(build.config)
         worst = outcome.worst_rel_err
         if build.ptxas and build.ptxas.spills:
-            spilling.append({"name": name, "spill_stores": build.ptxas.spill_store_bytes,
-                             "spill_loads": build.ptxas.spill_load_bytes,
-                             "registers": build.ptxas.registers})
+            spilling.append(
+                {
+                    "name": name,
+                    "spill_stores": build.ptxas.spill_store_bytes,
+                    "spill_loads": build.ptxas.spill_load_bytes,
+                    "registers": build.ptxas.registers,
+                }
+            )
         if build.ptxas and build.ptxas.wgmma_serialized:
             serialized.append({"name": name, "reason": build.ptxas.wgmma_serialized})
         if build.status is not Status.INVALID and outcome.status is not Status.PASSED:
-            failures.append({"name": name, "config": build.config.as_dict(),
-                             "stage": "compile" if not build.ok else "validate",
-                             "status": outcome.status, "reason": outcome.reason})
-        rows.append([name, build.status, build.ptxas.registers if build.ptxas else "",
-                     f"{build.ptxas.spill_store_bytes}/{build.ptxas.spill_load_bytes}"
-                     if build.ptxas else "", outcome.status,
-                     f"{worst:.2e}" if worst == worst else "",
-                     "" if outcome.status is Status.PASSED else outcome.reason[:120]])
-    print(render_table(["config", "build", "regs", "spill st/ld", "validation", "worst rel",
-                        "reason"], rows))
+            failures.append(
+                {
+                    "name": name,
+                    "config": build.config.as_dict(),
+                    "stage": "compile" if not build.ok else "validate",
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                }
+            )
+        rows.append(
+            [
+                name,
+                build.status,
+                build.ptxas.registers if build.ptxas else "",
+                f"{build.ptxas.spill_store_bytes}/{build.ptxas.spill_load_bytes}"
+                if build.ptxas
+                else "",
+                outcome.status,
+                f"{worst:.2e}" if worst == worst else "",
+                "" if outcome.status is Status.PASSED else outcome.reason[:120],
+            ]
+        )
+    print(
+        render_table(
+            ["config", "build", "regs", "spill st/ld", "validation", "worst rel", "reason"], rows
+        )
+    )
     valid = [b for b in builds if b.status is not Status.INVALID]
     passed = sum(o.status is Status.PASSED for o in outcomes)
     gpu = torch.cuda.get_device_name()
-    print(f"\n{gpu}: {len(valid)} valid, {sum(b.ok for b in builds)} compiled, {passed} passed, "
-          f"{len(failures)} failed, {len(spilling)} spill, {len(serialized)} wgmma-serialized "
-          f"(seed {seed})")
+    print(
+        f"\n{gpu}: {len(valid)} valid, {sum(b.ok for b in builds)} compiled, {passed} passed, "
+        f"{len(failures)} failed, {len(spilling)} spill, {len(serialized)} wgmma-serialized "
+        f"(seed {seed})"
+    )
     if args.json:
         payload = {
-            "gpu": gpu, "arch": target.arch, **_host_info(args.jobs or default_jobs()),
+            "gpu": gpu,
+            "arch": target.arch,
+            **_host_info(args.jobs or default_jobs()),
             "command": " ".join(["cute-autotune", *sys.argv[1:]]),
-            "seed": seed, "considered": len(builds), "valid": len(valid),
-            "compiled": sum(b.ok for b in builds), "passed": passed,
-            "spilling": spilling, "wgmma_serialized": serialized, "failures": failures,
+            "seed": seed,
+            "considered": len(builds),
+            "valid": len(valid),
+            "compiled": sum(b.ok for b in builds),
+            "passed": passed,
+            "spilling": spilling,
+            "wgmma_serialized": serialized,
+            "failures": failures,
             "compile_wall_seconds": round(wall, 2),
             "worker_restarts": worker.restarts,
-            "results": [{**_build_json(b), "validation": o.as_dict()}
-                        for b, o in zip(builds, outcomes, strict=True)],
+            "results": [
+                {**_build_json(b), "validation": o.as_dict()}
+                for b, o in zip(builds, outcomes, strict=True)
+            ],
         }
         Path(args.json).write_text(json.dumps(payload, indent=1))
     return 0 if passed == len(valid) else 1
@@ -303,17 +358,25 @@ def cmd_space(args: argparse.Namespace) -> int:
     space = load_space(args.family)
     target = _resolve_target(args)
     print(f"{space.family}: {space.description}\n")
-    print(render_table(["parameter", "role", "values", "meaning"],
-                       [[p.name, p.role, ", ".join(map(str, p.values)), p.doc]
-                        for p in space.params.values()]))
+    print(
+        render_table(
+            ["parameter", "role", "values", "meaning"],
+            [
+                [p.name, p.role, ", ".join(map(str, p.values)), p.doc]
+                for p in space.params.values()
+            ],
+        )
+    )
     print("\nconstraints:")
     for c in space.constraints:
         print(f"  {c.expr}\n      {c.message}")
     rows = []
     for d in space.params["head_dim"].values:
         for dtype in space.params["dtype"].values:
-            counts = [len(space.valid_configs(target, {"head_dim": d, "dtype": dtype,
-                                                       "causal": c})) for c in (False, True)]
+            counts = [
+                len(space.valid_configs(target, {"head_dim": d, "dtype": dtype, "causal": c}))
+                for c in (False, True)
+            ]
             rows.append([d, dtype, counts[0], counts[1]])
     print(f"\nvalid configs on {target.name} ({target.max_smem_per_block} B smem per block):")
     print(render_table(["head_dim", "dtype", "full", "causal"], rows))
@@ -336,22 +399,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", default="sm80", help="kernel family")
-    p.add_argument("--config", action="append",
-                   help="a config as JSON, or @file.json holding one or a list (repeatable)")
+    p.add_argument(
+        "--config",
+        action="append",
+        help="a config as JSON, or @file.json holding one or a list (repeatable)",
+    )
     p.add_argument("--head-dim", type=positive_int, nargs="+", help="head dims (default: all)")
     p.add_argument("--dtype", nargs="+", choices=["fp16", "bf16"], help="dtypes (default: both)")
-    add_causal(p, default="both", both=True,
-               help="which masks: full (false), causal (true) or both")
-    p.add_argument("--set", action="append", metavar="NAME=VALUE",
-                   help="pin a parameter, e.g. --set block_m=128 (repeatable)")
-    p.add_argument("--sample", type=positive_int,
-                   help="a random sample of this many valid configs")
-    p.add_argument("--seed", type=nonnegative_int,
-                   help="seed for --sample and for validation inputs")
+    add_causal(
+        p, default="both", both=True, help="which masks: full (false), causal (true) or both"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="pin a parameter, e.g. --set block_m=128 (repeatable)",
+    )
+    p.add_argument(
+        "--sample", type=positive_int, help="a random sample of this many valid configs"
+    )
+    p.add_argument(
+        "--seed", type=nonnegative_int, help="seed for --sample and for validation inputs"
+    )
     p.add_argument("--limit", type=positive_int, help="at most this many configs")
     p.add_argument("--arch", help="target, e.g. sm_90 (default: the visible GPU, else sm_90)")
-    p.add_argument("--jobs", type=positive_int,
-                   help="parallel nvcc processes (default: all cores)")
+    p.add_argument(
+        "--jobs", type=positive_int, help="parallel nvcc processes (default: all cores)"
+    )
     p.add_argument("--force", action="store_true", help="rebuild even when cached")
     p.add_argument("--json", help="write full results to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -361,27 +435,41 @@ def build_parser() -> argparse.ArgumentParser:
     from .._version import VERSION  # not importlib.metadata: a source checkout has no metadata
 
     parser = argparse.ArgumentParser(
-        prog="cute-autotune", formatter_class=HelpFormatter,
-        description="Autotuning explorer for CuTe FlashAttention-forward kernels.")
-    parser.add_argument("--version", action="version",
-                        version=f"cute-autotune {VERSION}")
+        prog="cute-autotune",
+        formatter_class=HelpFormatter,
+        description="Autotuning explorer for CuTe FlashAttention-forward kernels.",
+    )
+    parser.add_argument("--version", action="version", version=f"cute-autotune {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compile", help="build configs (or a whole space) into cubins")
     _add_selection(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("check", help="build and validate configs on the GPU")
     _add_selection(p)
-    p.add_argument("--timeout", type=positive_float, default=120.0,
-                   help="seconds one config's validation may take before it counts as a hang")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=120.0,
+        help="seconds one config's validation may take before it counts as a hang",
+    )
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("demo", help="the main job: static analysis and a build of each "
-                       "family's default; on a GPU a short tuning session, the best config and "
-                       "a tuned attention() call against torch SDPA")
-    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128],
-                   help="head dim of the demo's problem (B4 H16 L2048 fp16)")
+    p = sub.add_parser(
+        "demo",
+        help="the main job: static analysis and a build of each "
+        "family's default; on a GPU a short tuning session, the best config and "
+        "a tuned attention() call against torch SDPA",
+    )
+    p.add_argument(
+        "--head-dim",
+        type=int,
+        default=128,
+        choices=[64, 128],
+        help="head dim of the demo's problem (B4 H16 L2048 fp16)",
+    )
     add_causal(p, default="false", both=False, help="a causal mask")
-    p.add_argument("--trials", type=positive_int, default=6,
-                   help="tuning trials per kernel family")
+    p.add_argument(
+        "--trials", type=positive_int, default=6, help="tuning trials per kernel family"
+    )
     add_database(p)
     p.set_defaults(func=cmd_demo)
     cli_tuning.register(sub)
@@ -399,8 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(text: str) -> str:
-    lines = [for_terminal(line.strip()) for line in str(text).strip().splitlines()
-             if line.strip()]
+    lines = [for_terminal(line.strip()) for line in str(text).strip().splitlines() if line.strip()]
     return " ".join(lines) if len(lines) <= 3 else f"{' '.join(lines[:3])} ..."
 
 
@@ -415,8 +502,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"cute-autotune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (InvalidConfig, ToolchainError, ValueError, StoreError, CacheNotWritable,
-            InfrastructureError) as exc:
+    except (
+        InvalidConfig,
+        ToolchainError,
+        ValueError,
+        StoreError,
+        CacheNotWritable,
+        InfrastructureError,
+    ) as exc:
         print(f"cute-autotune: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except SQLAlchemyError as exc:  # a database error met outside our store (Optuna's tables)
@@ -427,4 +520,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" {exc.filename}" if exc.filename else ""
         print(f"cute-autotune: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-

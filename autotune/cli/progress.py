@@ -10,5 +10,12 @@ def progress(total: int, desc: str, enabled: bool) -> Any:
     """A tqdm bar on stderr counting configs (a silent one when not `enabled`)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="cfg", file=sys.stderr, disable=not enabled,
-                dynamic_ncols=True, mininterval=0.5)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="cfg",
+        file=sys.stderr,
+        disable=not enabled,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )

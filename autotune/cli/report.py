@@ -58,13 +58,22 @@ class RegretRow:
         return self.sdpa_default_us / self.dispatched_us
 
     def as_dict(self) -> dict[str, Any]:
-        return {"device": self.device.as_dict(), "problem": self.problem.as_dict(),
-                "path": self.path, "config": self.config.as_dict() if self.config else None,
-                "config_name": self.config_name, "dispatched_us": self.dispatched_us,
-                "timed_from": self.timed_from, "best_us": self.best_us,
-                "best_name": self.best_name, "sdpa_default_us": self.sdpa_default_us,
-                "regret": self.regret, "speedup_vs_sdpa_default": self.speedup_vs_sdpa,
-                "measured": self.measured, "reason": self.reason}
+        return {
+            "device": self.device.as_dict(),
+            "problem": self.problem.as_dict(),
+            "path": self.path,
+            "config": self.config.as_dict() if self.config else None,
+            "config_name": self.config_name,
+            "dispatched_us": self.dispatched_us,
+            "timed_from": self.timed_from,
+            "best_us": self.best_us,
+            "best_name": self.best_name,
+            "sdpa_default_us": self.sdpa_default_us,
+            "regret": self.regret,
+            "speedup_vs_sdpa_default": self.speedup_vs_sdpa,
+            "measured": self.measured,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -78,8 +87,10 @@ class RegretSummary:
         if not self.measured:
             return f"{self.problems} problems, none with a measurement of what dispatch runs"
         assert self.worst is not None and self.geomean is not None
-        return (f"{self.problems} problems, {self.measured} measured, worst regret "
-                f"{self.worst:.3f}x, geomean regret {self.geomean:.3f}x")
+        return (
+            f"{self.problems} problems, {self.measured} measured, worst regret "
+            f"{self.worst:.3f}x, geomean regret {self.geomean:.3f}x"
+        )
 
 
 class _StoreDispatcher(Dispatcher):
@@ -115,8 +126,9 @@ def _model(device: DeviceInfo) -> tuple[str, int, int]:
     return (device.name, device.compute_capability, device.sm_count)
 
 
-def regret_report(store: TuningStore, dispatcher: Dispatcher,
-                  device: str | None = None) -> list[RegretRow]:
+def regret_report(
+    store: TuningStore, dispatcher: Dispatcher, device: str | None = None
+) -> list[RegretRow]:
     """A row per stored best (of the GPUs named `device`, else of every GPU), grouped by GPU
     model in the order the database first names them, the worst regret first within each and
     the problems without a measurement of what dispatch runs last."""
@@ -127,16 +139,19 @@ def regret_report(store: TuningStore, dispatcher: Dispatcher,
     rows: list[RegretRow] = []
     for group in models.values():
         mine = [_row(store, dispatcher, record, group[0].device) for record in group]
-        rows += sorted(mine, key=lambda r: (r.regret is None, -(r.regret or 0.0),
-                                            r.problem.describe()))
+        rows += sorted(
+            mine, key=lambda r: (r.regret is None, -(r.regret or 0.0), r.problem.describe())
+        )
     return rows
 
 
-def _row(store: TuningStore, dispatcher: Dispatcher, record: BestRecord,
-         device: DeviceInfo) -> RegretRow:
+def _row(
+    store: TuningStore, dispatcher: Dispatcher, record: BestRecord, device: DeviceInfo
+) -> RegretRow:
     problem = record.problem
-    decision = dispatcher.would_run(problem, device,
-                                    target_for_capability(device.compute_capability))
+    decision = dispatcher.would_run(
+        problem, device, target_for_capability(device.compute_capability)
+    )
     unusable = [note for note in decision.skipped if note.startswith("tuning database")]
     if unusable:  # dispatch would run its built-in defaults: nothing to report
         raise StoreError(f"{store.url}: {unusable[0]}")
@@ -152,20 +167,34 @@ def _row(store: TuningStore, dispatcher: Dispatcher, record: BestRecord,
     candidates.append((record.median_us, record.config))
     best_us, best_config = min(candidates, key=lambda c: c[0])
     baseline = store.latest_baseline(device, problem, "default")
-    reason = decision.reason + (f" (passed over: {'; '.join(decision.skipped)})"
-                                if decision.skipped else "")
-    return RegretRow(device, problem, decision.path, decision.config,
-                     "torch SDPA (fallback)" if decision.path == FALLBACK else name_of(runs),
-                     dispatched, timed_from, best_us, name_of(best_config),
-                     baseline.median_us if baseline else record.sdpa_default_us, reason)
+    reason = decision.reason + (
+        f" (passed over: {'; '.join(decision.skipped)})" if decision.skipped else ""
+    )
+    return RegretRow(
+        device,
+        problem,
+        decision.path,
+        decision.config,
+        "torch SDPA (fallback)" if decision.path == FALLBACK else name_of(runs),
+        dispatched,
+        timed_from,
+        best_us,
+        name_of(best_config),
+        baseline.median_us if baseline else record.sdpa_default_us,
+        reason,
+    )
 
 
 def summarize(rows: Sequence[RegretRow]) -> RegretSummary:
     regrets = [r.regret for r in rows if r.regret is not None]
     if not regrets:
         return RegretSummary(len(rows), 0, None, None)
-    return RegretSummary(len(rows), len(regrets), max(regrets),
-                         math.exp(sum(math.log(x) for x in regrets) / len(regrets)))
+    return RegretSummary(
+        len(rows),
+        len(regrets),
+        max(regrets),
+        math.exp(sum(math.log(x) for x in regrets) / len(regrets)),
+    )
 
 
 def by_device(rows: Sequence[RegretRow]) -> dict[tuple[str, int, int], list[RegretRow]]:
@@ -185,24 +214,30 @@ def plot_regret(rows: Sequence[RegretRow], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    groups = [(key, [r for r in group if r.regret is not None])
-              for key, group in by_device(rows).items()]
+    groups = [
+        (key, [r for r in group if r.regret is not None]) for key, group in by_device(rows).items()
+    ]
     groups = [(key, group) for key, group in groups if group] or [(("no data", 0, 0), [])]
     widest = max(len(group) for _, group in groups)
-    fig, axes = plt.subplots(len(groups), 1, squeeze=False,
-                             figsize=(max(8.0, 0.18 * widest + 3), 4.5 * len(groups)))
+    fig, axes = plt.subplots(
+        len(groups), 1, squeeze=False, figsize=(max(8.0, 0.18 * widest + 3), 4.5 * len(groups))
+    )
     for ax, ((name, cc, sm), group) in zip(axes[:, 0], groups, strict=True):
-        colors = ["tab:orange" if r.config is not None and r.config.family == SDPA_FAMILY
-                  else "tab:blue" for r in group]
+        colors = [
+            "tab:orange" if r.config is not None and r.config.family == SDPA_FAMILY else "tab:blue"
+            for r in group
+        ]
         ax.bar(range(len(group)), [r.regret or 0.0 for r in group], color=colors)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xticks(range(len(group)))
-        ax.set_xticklabels([r.problem.describe() for r in group], rotation=80, ha="right",
-                           fontsize=6)
+        ax.set_xticklabels(
+            [r.problem.describe() for r in group], rotation=80, ha="right", fontsize=6
+        )
         ax.set_ylabel("regret (dispatched / best measured)")
         summary = summarize(group)
-        ax.set_title(f"{name} (sm_{cc}, {sm} SMs): {summary.describe()}"
-                     " (orange: torch SDPA)", fontsize=9)
+        ax.set_title(
+            f"{name} (sm_{cc}, {sm} SMs): {summary.describe()} (orange: torch SDPA)", fontsize=9
+        )
         if group:
             top = max(r.regret or 1.0 for r in group)
             ax.set_ylim(0.95 if top < 1.2 else 0.0, top * 1.02 + 0.01)

@@ -22,16 +22,24 @@ def output_width() -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
-                 width: int | None = None, movable: Sequence[str] | None = None) -> str:
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    width: int | None = None,
+    movable: Sequence[str] | None = None,
+) -> str:
     """The table; `movable` names the columns that may leave the grid, in the order they
     should (default: every column but the first, widest first)."""
     width = width or output_width()
     # a cell may hold text from outside (a device name, a worker's message): escaped
     cells = [[for_terminal(str(c)) for c in row] for row in [headers, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    order = ([list(headers).index(name) for name in movable] if movable is not None else
-             sorted(range(1, len(headers)), key=lambda i: -widths[i]))
+    order = (
+        [list(headers).index(name) for name in movable]
+        if movable is not None
+        else sorted(range(1, len(headers)), key=lambda i: -widths[i])
+    )
     grid = list(range(len(headers)))
     moved: list[int] = []
     for column in order:
@@ -40,8 +48,10 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
         grid.remove(column)
         moved.append(column)
     moved.sort()
-    lines = [_line([cells[0][i] for i in grid], [widths[i] for i in grid]),
-             GAP.join("-" * widths[i] for i in grid)]
+    lines = [
+        _line([cells[0][i] for i in grid], [widths[i] for i in grid]),
+        GAP.join("-" * widths[i] for i in grid),
+    ]
     for row in cells[1:]:
         lines.append(_line([row[i] for i in grid], [widths[i] for i in grid]))
         lines.extend(line for i in moved if row[i] for line in _detail(headers[i], row[i], width))
@@ -55,6 +65,11 @@ def _line(values: Sequence[str], widths: Sequence[int]) -> str:
 def _detail(header: str, value: str, width: int) -> list[str]:
     """A moved cell: `header: value` under its row; prose wraps, a single word never breaks."""
     first = f"{DETAIL_INDENT}{header}: "
-    return textwrap.wrap(value, width, initial_indent=first,
-                         subsequent_indent=DETAIL_INDENT + "  ", break_long_words=False,
-                         break_on_hyphens=False) or [first.rstrip()]
+    return textwrap.wrap(
+        value,
+        width,
+        initial_indent=first,
+        subsequent_indent=DETAIL_INDENT + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first.rstrip()]

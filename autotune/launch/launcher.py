@@ -37,9 +37,13 @@ class LauncherBuildError(RuntimeError):
 
 def _sources() -> list[Path]:
     root = kernel_src_dir()
-    return [root / "launcher" / "launcher.cpp", root / "fwd_params.h",
-            root / "common" / "launch_info.h", root / "common" / "tma_params.h",
-            root / "launcher" / "cluster_combine.h"]
+    return [
+        root / "launcher" / "launcher.cpp",
+        root / "fwd_params.h",
+        root / "common" / "launch_info.h",
+        root / "common" / "tma_params.h",
+        root / "launcher" / "cluster_combine.h",
+    ]
 
 
 def _compiler() -> str:
@@ -100,7 +104,8 @@ def build_launcher(force: bool = False) -> Path:
     except OSError as exc:
         raise LauncherBuildError(
             f"cannot build the launcher in {directory} ({exc.strerror}): set "
-            "CUTE_AUTOTUNE_CACHE to a writable folder") from None
+            "CUTE_AUTOTUNE_CACHE to a writable folder"
+        ) from None
     with lock_file as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file() and not force:
@@ -124,7 +129,9 @@ def build_launcher(force: bool = False) -> Path:
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             raise LauncherBuildError(
-                "building the launcher extension failed:\n" + " ".join(command) + "\n"
+                "building the launcher extension failed:\n"
+                + " ".join(command)
+                + "\n"
                 + proc.stderr[-4000:]
             )
         staging.replace(target)
@@ -159,7 +166,8 @@ def launcher_path() -> Path:
         suffix, pybind = _abi()
         raise ToolchainError(
             f"cannot build the launcher extension ({missing}), and there is no prebuilt one for "
-            f"this Python ({suffix}, pybind11 {pybind}): {why}") from None
+            f"this Python ({suffix}, pybind11 {pybind}): {why}"
+        ) from None
 
 
 def prebuilt_launcher() -> LauncherFile:

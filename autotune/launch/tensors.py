@@ -56,16 +56,20 @@ def logical_bhld(t: torch.Tensor, layout: str) -> torch.Tensor:
 def operand(name: str, t: torch.Tensor) -> Operand:
     """`t` as a kernel operand; `t` is already the logical [B, H, L, D] view."""
     if t.stride(3) != 1 and t.shape[3] > 1:
-        raise InputError(f"{name}: the head dimension must be contiguous (stride 1), got "
-                         f"strides {tuple(t.stride())}")
+        raise InputError(
+            f"{name}: the head dimension must be contiguous (stride 1), got "
+            f"strides {tuple(t.stride())}"
+        )
     elem = t.element_size()
     if t.data_ptr() % ALIGN_BYTES:
         raise InputError(f"{name}: data pointer must be {ALIGN_BYTES}-byte aligned")
     strides = (t.stride(0), t.stride(1), t.stride(2))
     for axis, stride in zip(("batch", "head", "row"), strides, strict=True):
         if (stride * elem) % ALIGN_BYTES:
-            raise InputError(f"{name}: {axis} stride {stride} is not a multiple of "
-                             f"{ALIGN_BYTES // elem} elements ({ALIGN_BYTES} bytes)")
+            raise InputError(
+                f"{name}: {axis} stride {stride} is not a multiple of "
+                f"{ALIGN_BYTES // elem} elements ({ALIGN_BYTES} bytes)"
+            )
     return Operand(t.data_ptr(), strides)
 
 
@@ -84,21 +88,26 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
     lq, lk, lv = (logical_bhld(t, layout) for t in (q, k, v))
     batch, heads_q, seqlen_q, head_dim = lq.shape
     if lk.shape != lv.shape:
-        raise InputError(f"k and v must have the same shape, got {tuple(k.shape)} and "
-                         f"{tuple(v.shape)}")
+        raise InputError(
+            f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if lk.shape[0] != batch or lk.shape[3] != head_dim:
-        raise InputError(f"k/v batch and head dim must match q: q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)} ({layout})")
+        raise InputError(
+            f"k/v batch and head dim must match q: q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)} ({layout})"
+        )
     heads_kv, seqlen_k = lk.shape[1], lk.shape[2]
     if min(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim) < 1:
         raise InputError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if heads_q % heads_kv:
-        raise InputError(f"query heads ({heads_q}) must be a multiple of key/value heads "
-                         f"({heads_kv})")
+        raise InputError(
+            f"query heads ({heads_q}) must be a multiple of key/value heads ({heads_kv})"
+        )
 
 
-def problem_of(q: torch.Tensor, k: torch.Tensor, *, dtype: str, causal: bool,
-               layout: str) -> Problem:
+def problem_of(
+    q: torch.Tensor, k: torch.Tensor, *, dtype: str, causal: bool, layout: str
+) -> Problem:
     """The Problem of q and k (in `layout`) that `check_shapes` accepted, in `dtype` (the
     kernels' name of q's dtype: "fp16" or "bf16")."""
     batch, heads_q, seqlen_q, head_dim = logical_bhld(q, layout).shape
@@ -106,8 +115,9 @@ def problem_of(q: torch.Tensor, k: torch.Tensor, *, dtype: str, causal: bool,
     return Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, bool(causal))
 
 
-def read_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 layout: str = "bhld") -> Problem:
+def read_problem(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, layout: str = "bhld"
+) -> Problem:
     """The Problem these tensors pose; raises InputError naming what is wrong."""
     check_shapes(q, k, v, layout)
     return problem_of(q, k, dtype=dtype_name(q.dtype), causal=causal, layout=layout)

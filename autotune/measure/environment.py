@@ -55,8 +55,13 @@ def driver_version() -> str:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=True)
+            out = subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            )
             if out.stdout.strip():
                 return out.stdout.strip().splitlines()[0]
         except (OSError, subprocess.SubprocessError):
@@ -72,9 +77,13 @@ def software(regime: str) -> Environment:
     import torch
 
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return Environment(regime=regime, driver_version=driver_version(),
-                       cuda_version=str(torch.version.cuda), torch_version=torch.__version__,
-                       cudnn_version=str(cudnn) if cudnn else "")
+    return Environment(
+        regime=regime,
+        driver_version=driver_version(),
+        cuda_version=str(torch.version.cuda),
+        torch_version=torch.__version__,
+        cudnn_version=str(cudnn) if cudnn else "",
+    )
 
 
 class ClockSampler:
@@ -96,9 +105,18 @@ class ClockSampler:
             return self
         try:
             self._proc = subprocess.Popen(
-                [smi, "-i", str(self._device), "--query-gpu=clocks.sm,power.draw",
-                 "--format=csv,noheader,nounits", f"-lms={self._period}"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                [
+                    smi,
+                    "-i",
+                    str(self._device),
+                    "--query-gpu=clocks.sm,power.draw",
+                    "--format=csv,noheader,nounits",
+                    f"-lms={self._period}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
         except OSError:
             return self
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -128,8 +146,10 @@ class ClockSampler:
 
     def result(self) -> tuple[float | None, float | None]:
         """Median SM clock and power over the samples (None where there were none)."""
-        return (statistics.median(self._clocks) if self._clocks else None,
-                statistics.median(self._power) if self._power else None)
+        return (
+            statistics.median(self._clocks) if self._clocks else None,
+            statistics.median(self._power) if self._power else None,
+        )
 
 
 def gpu_available() -> bool:

@@ -36,8 +36,13 @@ __all__ = ["describe_device", "problem_inputs", "time_sdpa"]  # problem_inputs: 
 # The trial and the validation are measure.trial's, called through the module so that a test
 # can stand in for them.
 def task_trial(request: TrialRequest, device: int) -> TrialResult:
-    return trial.evaluate(request.problem, request.build, rounds=request.rounds,
-                          round_ms=request.round_ms, device=device)
+    return trial.evaluate(
+        request.problem,
+        request.build,
+        rounds=request.rounds,
+        round_ms=request.round_ms,
+        device=device,
+    )
 
 
 def task_validate(request: ValidateRequest, device: int) -> ValidationReport:
@@ -45,9 +50,17 @@ def task_validate(request: ValidateRequest, device: int) -> ValidationReport:
 
 
 def _timed(build: BuildResult, timing: Timing, device: int) -> TrialResult:
-    return TrialResult(build.config, Status.OK, "", timing.median_us, timing.p20_us,
-                       timing.p80_us, timing.rounds, build_key=build.key,
-                       env=timed_env(timing, device))
+    return TrialResult(
+        build.config,
+        Status.OK,
+        "",
+        timing.median_us,
+        timing.p20_us,
+        timing.p80_us,
+        timing.rounds,
+        build_key=build.key,
+        env=timed_env(timing, device),
+    )
 
 
 def task_rerank(request: RerankRequest, device: int) -> Reranked:
@@ -66,27 +79,43 @@ def task_rerank(request: RerankRequest, device: int) -> Reranked:
             continue
         candidate = sdpa_candidate(problem, str(config["backend"]))
         if candidate is None:
-            refused[digest] = TrialResult(config, Status.INVALID, f"torch SDPA's "
-                                          f"{config['backend']} backend refuses this problem",
-                                          build_key=build.key)
+            refused[digest] = TrialResult(
+                config,
+                Status.INVALID,
+                f"torch SDPA's {config['backend']} backend refuses this problem",
+                build_key=build.key,
+            )
         else:
             fns[digest] = candidate
     timings = measure(fns, n_sets=len(sets), rounds=request.rounds, round_ms=request.round_ms)
-    return Reranked(tuple(
-        refused[b.config.digest] if b.config.digest in refused
-        else _timed(b, timings[b.config.digest], device) for b in request.builds))
+    return Reranked(
+        tuple(
+            refused[b.config.digest]
+            if b.config.digest in refused
+            else _timed(b, timings[b.config.digest], device)
+            for b in request.builds
+        )
+    )
 
 
 def time_sdpa(problem: Problem, *, rounds: int, round_ms: float) -> dict[str, Timing]:
     """Every SDPA backend that accepts the problem, timed together, by backend."""
-    return measure(sdpa_candidates(problem), n_sets=len(problem_inputs(problem)), rounds=rounds,
-                   round_ms=round_ms)
+    return measure(
+        sdpa_candidates(problem),
+        n_sets=len(problem_inputs(problem)),
+        rounds=rounds,
+        round_ms=round_ms,
+    )
 
 
 def task_baselines(request: BaselinesRequest, device: int) -> Baselines:
     timings = time_sdpa(request.problem, rounds=request.rounds, round_ms=request.round_ms)
-    return Baselines(tuple(BaselineTiming(name, t.median_us, t.p20_us, t.p80_us,
-                                          timed_env(t, device)) for name, t in timings.items()))
+    return Baselines(
+        tuple(
+            BaselineTiming(name, t.median_us, t.p20_us, t.p80_us, timed_env(t, device))
+            for name, t in timings.items()
+        )
+    )
 
 
 def describe_device(device: int) -> DeviceDescription:
@@ -95,8 +124,13 @@ def describe_device(device: int) -> DeviceDescription:
     from .environment import driver_version
 
     props = torch.cuda.get_device_properties(device)
-    info = DeviceInfo(props.name, props.major * 10 + props.minor, props.multi_processor_count,
-                      driver_version(), str(torch.version.cuda))
+    info = DeviceInfo(
+        props.name,
+        props.major * 10 + props.minor,
+        props.multi_processor_count,
+        driver_version(),
+        str(torch.version.cuda),
+    )
     return DeviceDescription(info, int(getattr(props, "shared_memory_per_block_optin", 0)))
 
 

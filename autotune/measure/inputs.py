@@ -79,14 +79,20 @@ def problem_inputs(problem: Problem) -> list[tuple[Any, ...]]:
     return _inputs[problem]
 
 
-def _kv_cache_set(problem: Problem, dtype: torch.dtype, seed: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, KVCacheSet]:
+def _kv_cache_set(
+    problem: Problem, dtype: torch.dtype, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, KVCacheSet]:
     """(k, v, out, cache) of a KV-cache problem: the cache as the kernel reads it, k and v the
     same keys contiguous for SDPA."""
     import torch
 
-    b, h, lq, lk, d = (problem.batch, problem.heads_kv, problem.seqlen_q, problem.seqlen_k,
-                       problem.head_dim)
+    b, h, lq, lk, d = (
+        problem.batch,
+        problem.heads_kv,
+        problem.seqlen_q,
+        problem.seqlen_k,
+        problem.head_dim,
+    )
     out = torch.empty((b, problem.heads_q, lq, d), device="cuda", dtype=dtype)
     page = problem.page_size
     if page:
@@ -94,11 +100,11 @@ def _kv_cache_set(problem: Problem, dtype: torch.dtype, seed: int
         gen = torch.Generator(device="cpu").manual_seed(seed)
         table = torch.randperm(b * per_seq, generator=gen).view(b, per_seq)
         block_table = table.to(device="cuda", dtype=torch.int32)
-        pages = [torch.randn((b * per_seq, h, page, d), device="cuda", dtype=dtype)
-                 for _ in range(2)]
+        pages = [
+            torch.randn((b * per_seq, h, page, d), device="cuda", dtype=dtype) for _ in range(2)
+        ]
         # [B, pages, H, page, D] -> [B, H, Lk, D]: the same keys in sequence order
-        k, v = (t[block_table.long()].permute(0, 2, 1, 3, 4).reshape(b, h, lk, d)
-                for t in pages)
+        k, v = (t[block_table.long()].permute(0, 2, 1, 3, 4).reshape(b, h, lk, d) for t in pages)
         return k, v, out, KVCacheSet(pages[0], pages[1], None, block_table, None)
     k = torch.randn((b, h, lk, d), device="cuda", dtype=dtype)
     v = torch.randn((b, h, lk, d), device="cuda", dtype=dtype)
@@ -132,9 +138,15 @@ def kernel_candidate(kernel: CompiledKernel, problem: Problem) -> Candidate:
 
     def call(i: int) -> Any:
         q, _, _, out, cache = sets[i]
-        return kernel.with_kvcache(q, cache.k_cache, cache.v_cache,
-                                   cache_seqlens=cache.cache_seqlens,
-                                   block_table=cache.block_table, layout="bhld", out=out)
+        return kernel.with_kvcache(
+            q,
+            cache.k_cache,
+            cache.v_cache,
+            cache_seqlens=cache.cache_seqlens,
+            block_table=cache.block_table,
+            layout="bhld",
+            out=out,
+        )
 
     return call
 
@@ -144,9 +156,11 @@ def problem_sdpa(problem: Problem) -> list[dict[str, Callable[[], Any]]]:
     sets = problem_inputs(problem)
     if problem not in _sdpa:
         _sdpa[problem] = [
-            accepted_backends(*s[:3], causal=problem.causal,
-                              mask=s[4].sdpa_mask if len(s) > 4 else None)
-            for s in sets]
+            accepted_backends(
+                *s[:3], causal=problem.causal, mask=s[4].sdpa_mask if len(s) > 4 else None
+            )
+            for s in sets
+        ]
     return _sdpa[problem]
 
 

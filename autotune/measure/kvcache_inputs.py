@@ -26,17 +26,30 @@ class KVCase:
     new: int = 0  # rows appended through k_new / v_new
 
     @classmethod
-    def make(cls, batch: int, heads_q: int, heads_kv: int, seqlen_q: int, capacity: int,
-             lengths: tuple[int, ...] | None, *, head_dim: int = 128, dtype: str = "bf16",
-             causal: bool = False, page_size: int = 0, layout: str = "blhd",
-             new: int = 0) -> KVCase:
+    def make(
+        cls,
+        batch: int,
+        heads_q: int,
+        heads_kv: int,
+        seqlen_q: int,
+        capacity: int,
+        lengths: tuple[int, ...] | None,
+        *,
+        head_dim: int = 128,
+        dtype: str = "bf16",
+        causal: bool = False,
+        page_size: int = 0,
+        layout: str = "blhd",
+        new: int = 0,
+    ) -> KVCase:
         problem = Problem(batch, heads_q, heads_kv, seqlen_q, capacity, head_dim, dtype, causal)
         return cls(problem, lengths, page_size, layout, new)
 
     def of_class(self, head_dim: int, dtype: str, causal: bool) -> KVCase:
         """The same case for another problem class (a kernel's head dim, dtype, causality)."""
-        return replace(self, problem=replace(self.problem, head_dim=head_dim, dtype=dtype,
-                                             causal=causal))
+        return replace(
+            self, problem=replace(self.problem, head_dim=head_dim, dtype=dtype, causal=causal)
+        )
 
     @property
     def capacity(self) -> int:
@@ -58,9 +71,11 @@ class KVCase:
         p = self.problem
         kind = f"paged{self.page_size}" if self.page_size else "contiguous"
         lengths = "full" if self.lengths is None else ",".join(map(str, self.lengths))
-        return (f"B{p.batch} H{p.heads_q}/{p.heads_kv} Lq{p.seqlen_q} cap{self.capacity} "
-                f"len[{lengths}] D{p.head_dim} {p.dtype} {'causal ' if p.causal else ''}{kind} "
-                f"{self.layout} new{self.new}")
+        return (
+            f"B{p.batch} H{p.heads_q}/{p.heads_kv} Lq{p.seqlen_q} cap{self.capacity} "
+            f"len[{lengths}] D{p.head_dim} {p.dtype} {'causal ' if p.causal else ''}{kind} "
+            f"{self.layout} new{self.new}"
+        )
 
 
 @dataclass
@@ -111,7 +126,7 @@ def make_kv_inputs(case: KVCase, device: str, seed: int = 0) -> KVInputs:
         per_seq = case.capacity // case.page_size
         assert per_seq * case.page_size == case.capacity
         total = p.batch * per_seq + 3  # spare pages, NaN, that no table points at
-        order = torch.randperm(total, generator=gen)[:p.batch * per_seq]
+        order = torch.randperm(total, generator=gen)[: p.batch * per_seq]
         table = order.view(p.batch, per_seq)
         block_table = table.to(device=device, dtype=torch.int32)
         page_shape = _shape(case.layout, total, p.heads_kv, case.page_size, p.head_dim)
@@ -120,8 +135,9 @@ def make_kv_inputs(case: KVCase, device: str, seed: int = 0) -> KVInputs:
         for src, dst in ((k_seq, k_cache), (v_seq, v_cache)):
             for b in range(p.batch):
                 for i in range(per_seq):
-                    rows = src.select(0, b).narrow(row_axis - 1, i * case.page_size,
-                                                   case.page_size)
+                    rows = src.select(0, b).narrow(
+                        row_axis - 1, i * case.page_size, case.page_size
+                    )
                     dst.select(0, int(table[b, i])).copy_(rows)
     seqlens = None
     if case.lengths is not None or case.new:

@@ -66,8 +66,11 @@ class TrialResult:
 
     @property
     def ok(self) -> bool:
-        return (self.status is Status.OK and self.median_us is not None
-                and math.isfinite(self.median_us))
+        return (
+            self.status is Status.OK
+            and self.median_us is not None
+            and math.isfinite(self.median_us)
+        )
 
     def tflops(self, problem: Problem) -> float | None:
         if not self.ok or not self.median_us:

@@ -26,9 +26,11 @@ BACKENDS = ("default", "flash", "efficient", "cudnn")
 # about 20 us of host time per call (torch 2.13 on this project's CPU), more than a decode-sized
 # kernel runs; these are flipped directly (about 2 us), as global as torch's own.
 _SWITCHES = ("flash", "mem_efficient", "math", "cudnn", "overrideable")
-_ONLY = {"flash": (True, False, False, False, False),
-         "efficient": (False, True, False, False, False),
-         "cudnn": (False, False, False, True, False)}
+_ONLY = {
+    "flash": (True, False, False, False, False),
+    "efficient": (False, True, False, False, False),
+    "cudnn": (False, False, False, True, False),
+}
 
 
 # lower_right_call's choice per kind of input (bounded: least recently used go first)
@@ -38,9 +40,13 @@ _RESOLVED: LruDict[tuple[Any, ...], str] = LruDict(1024)
 def sdpa_switches() -> tuple[bool, ...]:
     import torch
 
-    return (torch._C._get_flash_sdp_enabled(), torch._C._get_mem_efficient_sdp_enabled(),
-            torch._C._get_math_sdp_enabled(), torch._C._get_cudnn_sdp_enabled(),
-            torch._C._get_overrideable_sdp_enabled())
+    return (
+        torch._C._get_flash_sdp_enabled(),
+        torch._C._get_mem_efficient_sdp_enabled(),
+        torch._C._get_math_sdp_enabled(),
+        torch._C._get_cudnn_sdp_enabled(),
+        torch._C._get_overrideable_sdp_enabled(),
+    )
 
 
 def _set_switches(values: tuple[bool, ...]) -> None:
@@ -50,8 +56,16 @@ def _set_switches(values: tuple[bool, ...]) -> None:
         getattr(torch._C, f"_set_sdp_use_{name}")(value)
 
 
-def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
-                scale: float | None, mask: torch.Tensor | None = None) -> dict[str, Any]:
+def sdpa_kwargs(
+    lq: int,
+    lk: int,
+    heads_q: int,
+    heads_kv: int,
+    *,
+    causal: bool,
+    scale: float | None,
+    mask: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """The keyword arguments of F.scaled_dot_product_attention for our problem contract; a
     `mask` (boolean, True = attend) replaces the causal one and must include it. A causal
     single-query problem gets no mask: aligned bottom-right, its one row sees every key, and
@@ -71,8 +85,9 @@ def sdpa_kwargs(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
     return kwargs
 
 
-def sdpa_path(lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool,
-              kv_cache: str = "dense") -> tuple[str, bool, bool, str]:
+def sdpa_path(
+    lq: int, lk: int, heads_q: int, heads_kv: int, *, causal: bool, kv_cache: str = "dense"
+) -> tuple[str, bool, bool, str]:
     """What decides which way torch SDPA runs a problem on our contract (`sdpa_kwargs`): the
     mask it is handed (none, `is_causal` on a square problem, the lower-right causal bias, or
     that bias with more queries than keys, whose first rows see no key), whether it needs
@@ -107,9 +122,15 @@ def backend_call(backend: str, kwargs: dict[str, Any]) -> Callable[[Any, Any, An
     return call
 
 
-def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                     scale: float | None, enable_gqa: bool
-                     ) -> tuple[Callable[[Any, Any, Any], Any], tuple[bool, ...] | None] | None:
+def lower_right_call(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float | None,
+    enable_gqa: bool,
+) -> tuple[Callable[[Any, Any, Any], Any], tuple[bool, ...] | None] | None:
     """Causal attention aligned bottom-right (1 < Lq != Lk) through the aten op that torch's
     lower-right causal bias picks for inputs like q, k, v ([B, H, L, D]) under `backend`:
     FlashAttention's (whose causal is bottom-right), else the memory-efficient one with its
@@ -131,9 +152,19 @@ def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     # What the checks read, and no length (a cache growing by a token per step asks again at
     # every step): dtypes, device, batch, heads, head dim, each stride's 8-element alignment
     # and the contiguous last dimension.
-    key = (backend, before, q.dtype, q.device, q.shape[0], q.shape[1], q.shape[3], k.shape[1],
-           enable_gqa, q.requires_grad or k.requires_grad or v.requires_grad,
-           *(tuple(x % 8 == 0 or x == 1 for x in t.stride()) for t in (q, k, v)))
+    key = (
+        backend,
+        before,
+        q.dtype,
+        q.device,
+        q.shape[0],
+        q.shape[1],
+        q.shape[3],
+        k.shape[1],
+        enable_gqa,
+        q.requires_grad or k.requires_grad or v.requires_grad,
+        *(tuple(x % 8 == 0 or x == 1 for x in t.stride()) for t in (q, k, v)),
+    )
     chosen = _RESOLVED.get(key)
     if chosen is None:
         if backend != "default":
@@ -146,7 +177,7 @@ def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
                 efficient = not flash and can_use_efficient_attention(params)
         finally:
             _set_switches(before)
-        chosen = _RESOLVED[key] = ("flash" if flash else "efficient" if efficient else "none")
+        chosen = _RESOLVED[key] = "flash" if flash else "efficient" if efficient else "none"
     flash, efficient = chosen == "flash", chosen == "efficient"
     depends = before if backend == "default" else None
     if flash:
@@ -155,34 +186,62 @@ def lower_right_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
 
         def flash_call(q: Any, k: Any, v: Any) -> Any:
             return flash_op(q, k, v, 0.0, True, False, scale=real_scale)[0]
+
         return flash_call, depends
     if efficient:
         efficient_op = torch.ops.aten._efficient_attention_forward.default
         lower_right = int(CausalVariant.LOWER_RIGHT.value)
 
         def efficient_call(q: Any, k: Any, v: Any) -> Any:
-            return efficient_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None,
-                                None, None, None, None, 0.0, lower_right, False,
-                                scale=scale)[0].transpose(1, 2)
+            return efficient_op(
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                None,
+                None,
+                None,
+                None,
+                None,
+                0.0,
+                lower_right,
+                False,
+                scale=scale,
+            )[0].transpose(1, 2)
+
         return efficient_call, depends
     return None
 
 
-def sdpa_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-              scale: float | None = None, layout: str = "bhld",
-              mask: torch.Tensor | None = None) -> Callable[[], torch.Tensor]:
+def sdpa_call(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    layout: str = "bhld",
+    mask: torch.Tensor | None = None,
+) -> Callable[[], torch.Tensor]:
     """A closure computing attention with one SDPA backend (output in [B, H, L, D])."""
     qb, kb, vb = (logical_bhld(t, layout) for t in (q, k, v))
-    kwargs = sdpa_kwargs(qb.shape[2], kb.shape[2], qb.shape[1], kb.shape[1], causal=causal,
-                         scale=scale, mask=mask)
+    kwargs = sdpa_kwargs(
+        qb.shape[2], kb.shape[2], qb.shape[1], kb.shape[1], causal=causal, scale=scale, mask=mask
+    )
     call = backend_call(backend, kwargs)
     return lambda: call(qb, kb, vb)
 
 
-def accepted_backends(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                      scale: float | None = None, layout: str = "bhld",
-                      mask: torch.Tensor | None = None
-                      ) -> dict[str, Callable[[], torch.Tensor]]:
+def accepted_backends(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    layout: str = "bhld",
+    mask: torch.Tensor | None = None,
+) -> dict[str, Callable[[], torch.Tensor]]:
     """The backends that run this problem (tried once; a backend that refuses is left out)."""
     accepted = {}
     for name in BACKENDS:
@@ -202,19 +261,22 @@ def _blhd(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t if layout == "blhd" else t.transpose(1, 2)
 
 
-def _lse_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-               layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _lse_flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     # FlashAttention-2's forward: GQA natively, causal aligned bottom-right as ours.
     qb, kb, vb = (_blhd(t, layout) for t in (q, k, v))
     out, lse, *_ = torch.ops.aten._flash_attention_forward(
-        qb, kb, vb, None, None, qb.shape[1], kb.shape[1], 0.0, causal, False, scale=scale)
+        qb, kb, vb, None, None, qb.shape[1], kb.shape[1], 0.0, causal, False, scale=scale
+    )
     return out, lse
 
 
-def _lse_efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                   scale: float, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _lse_efficient(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     qb, kb, vb = (_blhd(t, layout) for t in (q, k, v))
@@ -222,39 +284,56 @@ def _lse_efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     if group > 1:  # the memory-efficient kernel has no GQA: expand the key/value heads
         kb, vb = (t.repeat_interleave(group, dim=2) for t in (kb, vb))
     out, lse, *_ = torch.ops.aten._efficient_attention_forward(
-        qb, kb, vb, None, None, None, None, None, 0.0, 2 if causal else 0, True, scale=scale)
+        qb, kb, vb, None, None, None, None, None, 0.0, 2 if causal else 0, True, scale=scale
+    )
     return out, lse[:, :, : qb.shape[1]]
 
 
-def _lse_cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-               layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _lse_cudnn(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     qh, kh, vh = (logical_bhld(t, layout) for t in (q, k, v))
     if kh.shape[1] != qh.shape[1] or (causal and qh.shape[2] != kh.shape[2]):
         raise RuntimeError("the cuDNN op is used for MHA, and causal only with Lq == Lk")
     out, lse, *_ = torch.ops.aten._scaled_dot_product_cudnn_attention(
-        qh, kh, vh, None, True, 0.0, causal, False, scale=scale)
+        qh, kh, vh, None, True, 0.0, causal, False, scale=scale
+    )
     return out.transpose(1, 2), lse.reshape(qh.shape[0], qh.shape[1], qh.shape[2])
 
 
 # The torch ops that return the log-sum-exp with the output, per backend; "default" takes the
 # first that runs the problem in torch's own order of preference on recent GPUs.
-_LSE_OPS = {"flash": (_lse_flash,), "efficient": (_lse_efficient,), "cudnn": (_lse_cudnn,),
-            "default": (_lse_cudnn, _lse_flash, _lse_efficient)}
+_LSE_OPS = {
+    "flash": (_lse_flash,),
+    "efficient": (_lse_efficient,),
+    "cudnn": (_lse_cudnn,),
+    "default": (_lse_cudnn, _lse_flash, _lse_efficient),
+}
 LseCall = Callable[[Any, Any, Any], tuple[Any, Any]]
 
 
-def lse_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-             scale: float, layout: str = "bhld") -> LseCall | None:
+def lse_call(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float,
+    layout: str = "bhld",
+) -> LseCall | None:
     """A call (q, k, v) -> (out in q's layout, fp32 LSE [B, Hq, Lq]) through a torch op of
     `backend` that computes the log-sum-exp itself, tried once on these inputs; None when no
     such op runs the problem (the caller then runs a kernel of ours instead: the LSE is never
     computed by a reference on the hot path)."""
     for op in _LSE_OPS[backend]:
+
         def call(q: Any, k: Any, v: Any, op: Any = op) -> tuple[Any, Any]:
             out, lse = op(q, k, v, causal, scale, layout)
             return (out if layout == "blhd" else out.transpose(1, 2)), lse.float()
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -265,8 +344,9 @@ def lse_call(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     return None
 
 
-def fallback_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 scale: float, layout: str) -> torch.Tensor:
+def fallback_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float, layout: str
+) -> torch.Tensor:
     """The log-sum-exp of a problem no kernel and no LSE-returning SDPA op runs (CPU tensors,
     odd dtypes): computed in fp32 by the reference."""
     from .reference import reference_attention

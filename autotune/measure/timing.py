@@ -67,8 +67,9 @@ def input_sets_needed(bytes_per_set: int, l2_bytes: int) -> int:
     return max(1, min(64, -(-3 * l2_bytes // max(1, bytes_per_set))))
 
 
-def calls_for(per_call_ms: float, rounds: int, round_ms: float, *, min_calls: int = 21,
-              max_calls: int = 400) -> int:
+def calls_for(
+    per_call_ms: float, rounds: int, round_ms: float, *, min_calls: int = 21, max_calls: int = 400
+) -> int:
     """Timed calls per candidate: about rounds x round_ms of its own GPU time, within bounds."""
     return int(min(max_calls, max(min_calls, rounds * round_ms / max(per_call_ms, 1e-3))))
 
@@ -96,8 +97,7 @@ class L2Flush:
 
         index = torch.cuda.current_device() if device is None else device
         l2 = torch.cuda.get_device_properties(index).L2_cache_size
-        self._buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8,
-                                   device=f"cuda:{index}")
+        self._buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device=f"cuda:{index}")
         self.spin_cycles = spin_cycles
 
     def __call__(self) -> None:
@@ -107,9 +107,17 @@ class L2Flush:
         torch.cuda._sleep(self.spin_cycles)
 
 
-def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int = 7,
-            round_ms: float = 40.0, warmup_ms: float = 250.0, seed: int = 0,
-            min_calls: int = 21, max_calls: int = 400) -> dict[str, Timing]:
+def measure(
+    candidates: Mapping[str, Candidate],
+    *,
+    n_sets: int = 1,
+    rounds: int = 7,
+    round_ms: float = 40.0,
+    warmup_ms: float = 250.0,
+    seed: int = 0,
+    min_calls: int = 21,
+    max_calls: int = 400,
+) -> dict[str, Timing]:
     """Time each candidate in the regime above. `rounds x round_ms` is the GPU time each
     candidate's timed calls add up to (at least `min_calls`, at most `max_calls` calls);
     every candidate gets the same number of calls."""
@@ -138,8 +146,10 @@ def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int
         per_call[name] = max(start.elapsed_time(end), 1e-3)
     flush.spin_cycles = spin_cycles_for(max(host_us.values()))
     pass_ms = sum(per_call.values()) + 0.05 * len(names)  # + the flushes, roughly
-    calls = max(calls_for(per_call[n], rounds, round_ms, min_calls=min_calls,
-                          max_calls=max_calls) for n in names)
+    calls = max(
+        calls_for(per_call[n], rounds, round_ms, min_calls=min_calls, max_calls=max_calls)
+        for n in names
+    )
     warm_passes = max(3, int(warmup_ms / pass_ms))
     rng = random.Random(seed)
 
@@ -168,6 +178,13 @@ def measure(candidates: Mapping[str, Candidate], *, n_sets: int = 1, rounds: int
     result = {}
     for name in names:
         samples = [start.elapsed_time(end) * 1e3 for start, end in events[name]]
-        result[name] = Timing(statistics.median(samples), quantile(samples, 0.2),
-                              quantile(samples, 0.8), len(samples), 1, clock, power)
+        result[name] = Timing(
+            statistics.median(samples),
+            quantile(samples, 0.2),
+            quantile(samples, 0.8),
+            len(samples),
+            1,
+            clock,
+            power,
+        )
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Any
 
 from ..build.compiler import BuildResult
 from ..launch.kernel import CompiledKernel
@@ -48,15 +49,24 @@ def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> Va
 
     config = build.config
     kernel = CompiledKernel(build, device)
-    values = {"head_dim": int(config["head_dim"]), "dtype": str(config["dtype"]),
-              "causal": bool(config["causal"])}
-    report = validate(kernel, **values, device=f"cuda:{device}", seed=seed)  # type: ignore[arg-type]
+    values: dict[str, Any] = {
+        "head_dim": int(config["head_dim"]),
+        "dtype": str(config["dtype"]),
+        "causal": bool(config["causal"]),
+    }
+    report = validate(kernel, **values, device=f"cuda:{device}", seed=seed)
     if not kernel.split_kv:
         return report
-    kv = validate_kvcache(kernel, **values, device=torch.device("cuda", device),  # type: ignore[arg-type]
-                          seed=report.seed, reads_caches=load_space(config.family).kv_caches)
-    return ValidationReport(report.passed and all(c.passed for c in kv), report.seed,
-                            report.cases + kv)
+    kv = validate_kvcache(
+        kernel,
+        **values,
+        device=torch.device("cuda", device),
+        seed=report.seed,
+        reads_caches=load_space(config.family).kv_caches,
+    )
+    return ValidationReport(
+        report.passed and all(c.passed for c in kv), report.seed, report.cases + kv
+    )
 
 
 def remember_verdict(build: BuildResult, report: ValidationReport) -> None:
@@ -74,8 +84,15 @@ def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
     return _validated[key]
 
 
-def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: float,
-             device: int = 0, warmup_ms: float | None = None) -> TrialResult:
+def evaluate(
+    problem: Problem,
+    build: BuildResult,
+    *,
+    rounds: int,
+    round_ms: float,
+    device: int = 0,
+    warmup_ms: float | None = None,
+) -> TrialResult:
     """Validate a built config (the full validator, once per cubin in this process), compare
     its output at the tuning shape with SDPA's default, then time it on the problem alternating
     call by call with SDPA's default (measure.timing), whose median comes back beside it.
@@ -84,14 +101,19 @@ def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: flo
     if not build.ok:
         return not_built(build)
     passed, summary, worst = _verdict(build, device)
-    failed = partial(TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst,
-                     build_key=build.key)
+    failed = partial(
+        TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst, build_key=build.key
+    )
     if not passed:
         return failed(summary)
     kernel = CompiledKernel(build, device)
     if problem.kv_cache != "dense" and not kernel.split_kv:
-        return TrialResult(build.config, Status.INVALID, f"{build.name} cannot read a "
-                           f"{problem.kv_cache} KV cache", build_key=build.key)
+        return TrialResult(
+            build.config,
+            Status.INVALID,
+            f"{build.name} cannot read a {problem.kv_cache} KV cache",
+            build_key=build.key,
+        )
     sets = problem_inputs(problem)
     call = kernel_candidate(kernel, problem)
     out, _ = call(0)
@@ -103,12 +125,24 @@ def evaluate(problem: Problem, build: BuildResult, *, rounds: int, round_ms: flo
     reference = sdpa_candidate(problem, "default")
     if reference is not None:
         candidates[SDPA_DEFAULT] = reference
-    timings = (measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
-               if warmup_ms is None else
-               measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms,
-                       warmup_ms=warmup_ms))
+    timings = (
+        measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
+        if warmup_ms is None
+        else measure(
+            candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms, warmup_ms=warmup_ms
+        )
+    )
     timing, baseline = timings[build.name], timings.get(SDPA_DEFAULT)
-    return TrialResult(build.config, Status.OK, "", timing.median_us, timing.p20_us,
-                       timing.p80_us, timing.rounds, worst, build_key=build.key,
-                       env=timed_env(timing, device),
-                       baseline_us=baseline.median_us if baseline else None)
+    return TrialResult(
+        build.config,
+        Status.OK,
+        "",
+        timing.median_us,
+        timing.p20_us,
+        timing.p80_us,
+        timing.rounds,
+        worst,
+        build_key=build.key,
+        env=timed_env(timing, device),
+        baseline_us=baseline.median_us if baseline else None,
+    )

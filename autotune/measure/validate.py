@@ -114,24 +114,37 @@ class ValidationReport:
         return "; ".join(f"{c.case}: {c.reason}" for c in self.failures)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "seed": self.seed,
-                "cases": [c.as_dict() for c in self.cases]}
+        return {
+            "passed": self.passed,
+            "seed": self.seed,
+            "cases": [c.as_dict() for c in self.cases],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ValidationReport:
         """The report `as_dict` wrote (a `cute-autotune check --json` result's "report")."""
-        return cls(bool(data["passed"]), int(data["seed"]),
-                   tuple(CaseResult(**case) for case in data["cases"]))
+        return cls(
+            bool(data["passed"]),
+            int(data["seed"]),
+            tuple(CaseResult(**case) for case in data["cases"]),
+        )
 
 
-def make_inputs(case: Case, problem: Problem, generator: torch.Generator,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_inputs(
+    case: Case, problem: Problem, generator: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v in the case's layout and pattern."""
     import torch
 
     dtype = torch_dtype(problem.dtype)
-    b, hq, hkv, lq, lk, d = (problem.batch, problem.heads_q, problem.heads_kv,
-                             problem.seqlen_q, problem.seqlen_k, problem.head_dim)
+    b, hq, hkv, lq, lk, d = (
+        problem.batch,
+        problem.heads_q,
+        problem.heads_kv,
+        problem.seqlen_q,
+        problem.seqlen_k,
+        problem.head_dim,
+    )
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, device=device, dtype=torch.float32)
@@ -173,8 +186,9 @@ def _poisoned_outputs(
         out = storage[:, :lq]
     if not want_lse:
         return out, storage, None, None
-    lse_storage = torch.full((b * h * lq + PAD_ROWS,), math.nan, dtype=torch.float32,
-                             device=q.device)
+    lse_storage = torch.full(
+        (b * h * lq + PAD_ROWS,), math.nan, dtype=torch.float32, device=q.device
+    )
     return out, storage, lse_storage[: b * h * lq].view(b, h, lq), lse_storage
 
 
@@ -185,8 +199,9 @@ def _padding_intact(storage: torch.Tensor, layout: str, lq: int) -> bool:
     return bool(torch.isnan(pad).all())
 
 
-def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Generator,
-               device: torch.device) -> CaseResult:
+def check_case(
+    run: Runner, case: Case, problem: Problem, generator: torch.Generator, device: torch.device
+) -> CaseResult:
     import torch
 
     q, k, v = make_inputs(case, problem, generator, device)
@@ -215,7 +230,7 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
     if lse is not None and lse_storage is not None:
         if torch.isnan(lse).any():
             return fail(f"{int(torch.isnan(lse).sum())} LSE entries are NaN (unwritten)")
-        if not torch.isnan(lse_storage[lse.numel():]).all():
+        if not torch.isnan(lse_storage[lse.numel() :]).all():
             return fail("a write landed past the end of LSE")
     out2, _, lse2, _ = results[1]
     same = torch.equal(out.view(torch.int16), out2.view(torch.int16))
@@ -224,14 +239,22 @@ def check_case(run: Runner, case: Case, problem: Problem, generator: torch.Gener
     if not same:
         return fail("two launches on the same inputs differ (a race)")
 
-    ref_out, ref_lse = reference_attention(q, k, v, causal=problem.causal, scale=scale,
-                                           layout=case.layout)
+    ref_out, ref_lse = reference_attention(
+        q, k, v, causal=problem.causal, scale=scale, layout=case.layout
+    )
     got = logical_bhld(out, case.layout).float()
     return judge(case.name, problem.describe(), got, ref_out, lse, ref_lse, problem.dtype)
 
 
-def judge(name: str, described: str, got: torch.Tensor, ref_out: torch.Tensor,
-          lse: torch.Tensor | None, ref_lse: torch.Tensor, dtype: str) -> CaseResult:
+def judge(
+    name: str,
+    described: str,
+    got: torch.Tensor,
+    ref_out: torch.Tensor,
+    lse: torch.Tensor | None,
+    ref_lse: torch.Tensor,
+    dtype: str,
+) -> CaseResult:
     """An output (fp32, [B, H, Lq, D]) and its LSE against the fp32 reference: rows that see
     no key exactly 0 with LSE -inf, the LSE within its bound, the relative and the max absolute
     error within the dtype's tolerance. Every case of the validator ends here."""
@@ -245,34 +268,53 @@ def judge(name: str, described: str, got: torch.Tensor, ref_out: torch.Tensor,
         return fail("rows that see no key must be exactly 0")
     diff = got - ref_out
     ref_norm = float(torch.linalg.vector_norm(ref_out))
-    rel = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else float(
-        torch.linalg.vector_norm(diff))
+    rel = (
+        float(torch.linalg.vector_norm(diff)) / ref_norm
+        if ref_norm > 0
+        else float(torch.linalg.vector_norm(diff))
+    )
     max_abs = float(diff.abs().max())
     scale_abs = max(1.0, float(ref_out.abs().max()))
     lse_err = 0.0
     if lse is not None:
         if not torch.equal(torch.isneginf(lse), empty_rows):
-            return fail("LSE must be -inf exactly for rows that see no key", rel_err=rel,
-                        max_abs_err=max_abs)
+            return fail(
+                "LSE must be -inf exactly for rows that see no key",
+                rel_err=rel,
+                max_abs_err=max_abs,
+            )
         finite = ~empty_rows
         if bool(finite.any()):
             err = (lse[finite] - ref_lse[finite]).abs()
             lse_err = float(err.max())
             bound = LSE_ATOL + LSE_RTOL * ref_lse[finite].abs()
             if bool((err > bound).any()):
-                return fail(f"LSE error {lse_err:.3e} above {LSE_ATOL:.0e} + {LSE_RTOL:.0e}*|lse|",
-                            rel_err=rel, max_abs_err=max_abs, lse_max_err=lse_err)
+                return fail(
+                    f"LSE error {lse_err:.3e} above {LSE_ATOL:.0e} + {LSE_RTOL:.0e}*|lse|",
+                    rel_err=rel,
+                    max_abs_err=max_abs,
+                    lse_max_err=lse_err,
+                )
     stats = {"rel_err": rel, "max_abs_err": max_abs, "lse_max_err": lse_err}
     if not math.isfinite(rel) or rel > REL_TOL[dtype]:
         return fail(f"relative error {rel:.3e} above {REL_TOL[dtype]:.1e}", **stats)
     if max_abs > ABS_TOL[dtype] * scale_abs:
-        return fail(f"max abs error {max_abs:.3e} above {ABS_TOL[dtype]:.1e} * "
-                    f"{scale_abs:.3g}", **stats)
+        return fail(
+            f"max abs error {max_abs:.3e} above {ABS_TOL[dtype]:.1e} * {scale_abs:.3g}", **stats
+        )
     return CaseResult(name, described, True, "", **stats)
 
 
-def validate(run: Runner, *, head_dim: int, dtype: str, causal: bool, device: Any = None,
-             cases: Sequence[Case] = DEFAULT_CASES, seed: int | None = None) -> ValidationReport:
+def validate(
+    run: Runner,
+    *,
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    device: Any = None,
+    cases: Sequence[Case] = DEFAULT_CASES,
+    seed: int | None = None,
+) -> ValidationReport:
     """Run every case through `run` and compare with the reference."""
     import torch
 

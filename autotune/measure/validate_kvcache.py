@@ -26,8 +26,11 @@ KV_CASES: tuple[tuple[str, KVCase, int], ...] = (
     ("lengths_0_1_tail_end", KVCase.make(4, 8, 1, 3, 777, (0, 1, 500, 777)), 0),
     ("splits_more_than_tiles", KVCase.make(1, 12, 4, 5, 100, None), 64),
     ("paged16_shuffled", KVCase.make(3, 16, 2, 2, 512, (5, 333, 0), page_size=16), 0),
-    ("paged64_bhld_lq8",
-     KVCase.make(2, 32, 8, 8, 1024, (1000, 64), page_size=64, layout="bhld"), 4),
+    (
+        "paged64_bhld_lq8",
+        KVCase.make(2, 32, 8, 8, 1024, (1000, 64), page_size=64, layout="bhld"),
+        4,
+    ),
     ("mha_bhld_lq16", KVCase.make(3, 4, 4, 16, 300, (300, 17, 2), layout="bhld"), 2),
     ("gqa5_rows_not_a_tile_multiple", KVCase.make(2, 10, 2, 3, 640, None), 0),
     # Full caches: 128 packed rows of GQA 8 at Lq=16 (one wgmma tile pair), and MQA's 96 rows.
@@ -36,12 +39,13 @@ KV_CASES: tuple[tuple[str, KVCase, int], ...] = (
 )
 
 
-def check_kv_case(kernel: CompiledKernel, name: str, case: KVCase, splits: int, seed: int,
-                  device: torch.device) -> CaseResult:
+def check_kv_case(
+    kernel: CompiledKernel, name: str, case: KVCase, splits: int, seed: int, device: torch.device
+) -> CaseResult:
     import torch
 
     inputs = make_kv_inputs(case, str(device), seed)
-    problem = (f"{case.describe()} splits {splits or kernel.num_splits}")
+    problem = f"{case.describe()} splits {splits or kernel.num_splits}"
 
     def fail(reason: str, **stats: float) -> CaseResult:
         return CaseResult(name, problem, False, reason, **stats)
@@ -49,13 +53,24 @@ def check_kv_case(kernel: CompiledKernel, name: str, case: KVCase, splits: int, 
     runs = []
     for _ in range(2):
         out = torch.full_like(inputs.q, math.nan)
-        lse = torch.full(logical_bhld(inputs.q, case.layout).shape[:3], math.nan,
-                         dtype=torch.float32, device=device)
+        lse = torch.full(
+            logical_bhld(inputs.q, case.layout).shape[:3],
+            math.nan,
+            dtype=torch.float32,
+            device=device,
+        )
         try:
-            kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
-                                cache_seqlens=inputs.cache_seqlens,
-                                block_table=inputs.block_table, layout=case.layout, out=out,
-                                lse=lse, num_splits=splits or None)
+            kernel.with_kvcache(
+                inputs.q,
+                inputs.k_cache,
+                inputs.v_cache,
+                cache_seqlens=inputs.cache_seqlens,
+                block_table=inputs.block_table,
+                layout=case.layout,
+                out=out,
+                lse=lse,
+                num_splits=splits or None,
+            )
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except Exception as exc:  # a launch error is this case's result
@@ -63,30 +78,50 @@ def check_kv_case(kernel: CompiledKernel, name: str, case: KVCase, splits: int, 
         runs.append((out, lse))
     (out, lse), (out2, lse2) = runs
     if torch.isnan(out).any():
-        return fail(f"{int(torch.isnan(out).sum())} output elements are NaN (unwritten, or a "
-                    "poisoned cache slot leaked)")
+        return fail(
+            f"{int(torch.isnan(out).sum())} output elements are NaN (unwritten, or a "
+            "poisoned cache slot leaked)"
+        )
     if torch.isnan(lse).any():
         return fail(f"{int(torch.isnan(lse).sum())} LSE entries are NaN (unwritten)")
-    if not (torch.equal(out.view(torch.int16), out2.view(torch.int16))
-            and torch.equal(lse.view(torch.int32), lse2.view(torch.int32))):
+    if not (
+        torch.equal(out.view(torch.int16), out2.view(torch.int16))
+        and torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
+    ):
         return fail("two launches on the same inputs differ (a race)")
 
     ref, ref_lse = reference_with_kvcache(
-        inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=inputs.cache_seqlens,
-        block_table=inputs.block_table, causal=case.causal,
-        scale=1.0 / math.sqrt(case.head_dim), layout=case.layout)
-    return judge(name, problem, logical_bhld(out, case.layout).float(), ref, lse, ref_lse,
-                 case.dtype)
+        inputs.q,
+        inputs.k_cache,
+        inputs.v_cache,
+        cache_seqlens=inputs.cache_seqlens,
+        block_table=inputs.block_table,
+        causal=case.causal,
+        scale=1.0 / math.sqrt(case.head_dim),
+        layout=case.layout,
+    )
+    return judge(
+        name, problem, logical_bhld(out, case.layout).float(), ref, lse, ref_lse, case.dtype
+    )
 
 
-def validate_kvcache(kernel: CompiledKernel, *, head_dim: int, dtype: str, causal: bool,
-                     device: torch.device, seed: int, reads_caches: bool = True
-                     ) -> tuple[CaseResult, ...]:
+def validate_kvcache(
+    kernel: CompiledKernel,
+    *,
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    device: torch.device,
+    seed: int,
+    reads_caches: bool = True,
+) -> tuple[CaseResult, ...]:
     """The KV-cache cases on a split-KV kernel of the problem class (head_dim, dtype, causal);
     without `reads_caches` (a family that reads contiguous full caches only, decode90) only the
     cases whose cache is full and contiguous."""
     return tuple(
-        check_kv_case(kernel, name, case.of_class(head_dim, dtype, causal), splits, seed + i,
-                      device)
+        check_kv_case(
+            kernel, name, case.of_class(head_dim, dtype, causal), splits, seed + i, device
+        )
         for i, (name, case, splits) in enumerate(KV_CASES)
-        if reads_caches or (case.lengths is None and case.page_size == 0))
+        if reads_caches or (case.lengths is None and case.page_size == 0)
+    )

@@ -69,13 +69,17 @@ def _context_is_healthy() -> bool:
 def _answer(request: Request[Any], device: int) -> object:
     task = TASKS.get(type(request))
     if task is None:
-        return WorkerFailure(Status.ERROR, f"this worker has no task for {type(request).__name__}"
-                             f" (task modules: {sorted({t.__module__ for t in TASKS})})")
+        return WorkerFailure(
+            Status.ERROR,
+            f"this worker has no task for {type(request).__name__}"
+            f" (task modules: {sorted({t.__module__ for t in TASKS})})",
+        )
     try:
         return task(request, device)
     except Exception as exc:  # noqa: BLE001 - every failure is reported as data
-        return WorkerFailure(Status.ERROR, f"{type(exc).__name__}: {exc}",
-                             traceback.format_exc(limit=8))
+        return WorkerFailure(
+            Status.ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8)
+        )
 
 
 def _serve(conn: Connection, device: int, task_modules: tuple[str, ...]) -> None:
@@ -113,8 +117,9 @@ def death(exitcode: int | None) -> str:
 
 
 class GpuWorker:
-    def __init__(self, device: int = 0,
-                 task_modules: tuple[str, ...] = DEFAULT_TASK_MODULES) -> None:
+    def __init__(
+        self, device: int = 0, task_modules: tuple[str, ...] = DEFAULT_TASK_MODULES
+    ) -> None:
         self.device = device
         self.task_modules = task_modules
         self._proc: multiprocessing.process.BaseProcess | None = None
@@ -131,8 +136,9 @@ class GpuWorker:
         self._starts += 1
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.device, self.task_modules),
-                                 daemon=True)
+        self._proc = ctx.Process(
+            target=_serve, args=(child, self.device, self.task_modules), daemon=True
+        )
         self._proc.start()
         child.close()
         self._conn = parent

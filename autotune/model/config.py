@@ -21,8 +21,12 @@ FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 def check_family_name(family: object) -> str:
     """`family` if it is a well-formed family name; InvalidConfig otherwise."""
     if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
-        raise InvalidConfig([f"unknown kernel family {shown(family)}: a family is named by a "
-                             "space file (lower-case letters, digits and _, at most 32)"])
+        raise InvalidConfig(
+            [
+                f"unknown kernel family {shown(family)}: a family is named by a "
+                "space file (lower-case letters, digits and _, at most 32)"
+            ]
+        )
     return family
 
 
@@ -67,8 +71,9 @@ class Config:
         family = data.get("family")
         if not isinstance(family, str) or not family:
             raise InvalidConfig(["a config needs a 'family' string"])
-        return cls.make(check_family_name(family),
-                        {k: v for k, v in data.items() if k != "family"})
+        return cls.make(
+            check_family_name(family), {k: v for k, v in data.items() if k != "family"}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Config:

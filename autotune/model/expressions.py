@@ -49,8 +49,11 @@ def _parse(source: str) -> ast.expr:
 def names_in(source: str) -> set[str]:
     """The free names an expression refers to (function names excluded)."""
     node = _parse(source)
-    called = {n.func.id for n in ast.walk(node)
-              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called = {
+        n.func.id
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - called
 
 

@@ -44,5 +44,10 @@ def ctas_per_sm(cc: int, registers: int, threads: int, smem_bytes: int) -> dict[
     by_smem = lim.smem_bytes // (smem_bytes + lim.reserved_smem_per_cta)
     by_threads = lim.threads // (warps * 32)
     ctas = min(by_registers, by_smem, by_threads, lim.ctas)
-    return {"ctas": ctas, "by_registers": by_registers, "by_smem": by_smem,
-            "by_threads": by_threads, "warps_per_sm": ctas * warps}
+    return {
+        "ctas": ctas,
+        "by_registers": by_registers,
+        "by_smem": by_smem,
+        "by_threads": by_threads,
+        "warps_per_sm": ctas * warps,
+    }

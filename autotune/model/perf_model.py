@@ -45,19 +45,27 @@ def problem_features(problem: Problem) -> dict[str, float]:
     else:
         mask = "lower-right" if problem.seqlen_q < problem.seqlen_k else "lower-right, Lq > Lk"
     return {
-        "log2_batch": _log2(problem.batch), "log2_heads_q": _log2(problem.heads_q),
-        "log2_heads_kv": _log2(problem.heads_kv), "log2_group": _log2(problem.group_size),
-        "log2_seqlen_q": _log2(problem.seqlen_q), "log2_seqlen_k": _log2(problem.seqlen_k),
-        "head_dim": float(problem.head_dim), "bf16": float(problem.dtype == "bf16"),
-        "causal": float(problem.causal), "sdpa_mask": _MASKS[mask],
-        "paged": float(problem.page_size > 0), "log2_page": _log2(problem.page_size),
+        "log2_batch": _log2(problem.batch),
+        "log2_heads_q": _log2(problem.heads_q),
+        "log2_heads_kv": _log2(problem.heads_kv),
+        "log2_group": _log2(problem.group_size),
+        "log2_seqlen_q": _log2(problem.seqlen_q),
+        "log2_seqlen_k": _log2(problem.seqlen_k),
+        "head_dim": float(problem.head_dim),
+        "bf16": float(problem.dtype == "bf16"),
+        "causal": float(problem.causal),
+        "sdpa_mask": _MASKS[mask],
+        "paged": float(problem.page_size > 0),
+        "log2_page": _log2(problem.page_size),
         "seqlens": float(problem.kv_cache == "seqlens"),
-        "log2_flops": _log2(problem.flops), "log2_bytes": _log2(problem.bytes),
+        "log2_flops": _log2(problem.flops),
+        "log2_bytes": _log2(problem.bytes),
     }
 
 
-def config_features(config: Config, families: list[str],
-                    categories: dict[str, list[str]]) -> dict[str, float]:
+def config_features(
+    config: Config, families: list[str], categories: dict[str, list[str]]
+) -> dict[str, float]:
     """A config's family (one-hot over `families`) and its tunable values: numbers as they
     are, flags as 0/1, text by its index in `categories` (the values seen in the fit)."""
     values: dict[str, float] = {f"family={f}": float(config.family == f) for f in families}
@@ -92,8 +100,9 @@ def problem_row(problem: Problem) -> list[Any]:
 def digest_of(doc: dict[str, Any]) -> str:
     """SHA-256 of a model document's canonical JSON, its own `digest` field left out."""
     body = {k: v for k, v in doc.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
-                          .encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 class PerfModel:
@@ -103,30 +112,38 @@ class PerfModel:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} document")
         if doc.get("version") != VERSION:
-            raise ValueError(f"a {FORMAT} of version {doc.get('version')!r}; this release "
-                             f"reads version {VERSION}")
+            raise ValueError(
+                f"a {FORMAT} of version {doc.get('version')!r}; this release "
+                f"reads version {VERSION}"
+            )
         if doc.get("digest") != digest_of(doc):
-            raise ValueError("the performance model's digest does not match its content "
-                             "(altered or damaged): refused")
+            raise ValueError(
+                "the performance model's digest does not match its content "
+                "(altered or damaged): refused"
+            )
         try:
             self.device = str(doc["device"])
             self.features: list[str] = [str(f) for f in doc["features"]]
             self.families: list[str] = [str(f) for f in doc["families"]]
             self.categories: dict[str, list[str]] = {
-                str(k): [str(x) for x in v] for k, v in doc["categories"].items()}
+                str(k): [str(x) for x in v] for k, v in doc["categories"].items()
+            }
             self.kernel_sources: dict[str, str] = dict(doc["kernel_sources"])
             self.data_digest = str(doc["data_digest"])
             # The problems the fit saw (absent from documents written before it was kept).
             self.fit_problems = frozenset(Problem(*row) for row in doc.get("fit_problems", []))
-            self._ensembles = {q: _Ensemble(doc["ensembles"][q], len(self.features))
-                               for q in QUANTILES}
+            self._ensembles = {
+                q: _Ensemble(doc["ensembles"][q], len(self.features)) for q in QUANTILES
+            }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"the performance model is malformed: {exc!r}") from None
         self.doc = doc
 
     def vector(self, problem: Problem, config: Config) -> list[float]:
-        named = {**problem_features(problem),
-                 **config_features(config, self.families, self.categories)}
+        named = {
+            **problem_features(problem),
+            **config_features(config, self.families, self.categories),
+        }
         return [named.get(name, MISSING) for name in self.features]
 
     def predict(self, problem: Problem, config: Config) -> Prediction:
@@ -136,8 +153,9 @@ class PerfModel:
 
     def stale_families(self, current: dict[str, str]) -> list[str]:
         """The families fitted on kernel sources other than `current` (family -> hash)."""
-        return sorted(f for f, h in self.kernel_sources.items()
-                      if f in current and current[f] != h)
+        return sorted(
+            f for f, h in self.kernel_sources.items() if f in current and current[f] != h
+        )
 
 
 @functools.cache
@@ -167,8 +185,9 @@ class _Ensemble:
             if not (len(left) == len(right) == len(feature) == len(threshold) == nodes):
                 raise ValueError("a tree's arrays differ in length")
             for i in range(nodes):
-                if left[i] != -1 and not (i < left[i] < nodes and i < right[i] < nodes
-                                          and 0 <= feature[i] < width):
+                if left[i] != -1 and not (
+                    i < left[i] < nodes and i < right[i] < nodes and 0 <= feature[i] < width
+                ):
                     raise ValueError(f"tree node {i} points outside its tree")
             self.trees.append((left, right, feature, threshold, value))
 

@@ -25,6 +25,8 @@ def page_size_of(kv_cache: object) -> int:
         return 0
     size = int(match.group(1))
     return size if size <= MAX_PAGE_SIZE and not size & (size - 1) else 0
+
+
 MAX_PAGE_SIZE = 65536
 # Every size is a 32-bit int in the kernels' params and in the database's columns.
 MAX_SIZE = 2**31 - 1
@@ -45,8 +47,11 @@ class Problem:
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not (
-                    1 <= value <= MAX_SIZE):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not (1 <= value <= MAX_SIZE)
+            ):
                 raise ValueError(f"{name} must be an integer from 1 to 2^31-1, got {shown(value)}")
         if self.heads_q % self.heads_kv:
             raise ValueError(
@@ -60,11 +65,15 @@ class Problem:
             return
         page = self.page_size
         if not page:
-            raise ValueError(f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
-                             f"{MAX_PAGE_SIZE}), got {shown(self.kv_cache)}")
+            raise ValueError(
+                f"kv_cache must be one of {KV_CACHES} (N a power of two up to "
+                f"{MAX_PAGE_SIZE}), got {shown(self.kv_cache)}"
+            )
         if self.seqlen_k % page:
-            raise ValueError(f"a {self.kv_cache} cache holds whole pages: seqlen_k "
-                             f"({self.seqlen_k}) must be a multiple of {page}")
+            raise ValueError(
+                f"a {self.kv_cache} cache holds whole pages: seqlen_k "
+                f"({self.seqlen_k}) must be a multiple of {page}"
+            )
 
     @property
     def page_size(self) -> int:
@@ -80,8 +89,10 @@ class Problem:
         if self.kv_cache != "seqlens":
             return None
         golden = 0.6180339887498949
-        return tuple(max(1, round(self.seqlen_k * (0.5 + 0.5 * ((b * golden + 0.5) % 1.0))))
-                     for b in range(self.batch))
+        return tuple(
+            max(1, round(self.seqlen_k * (0.5 + 0.5 * ((b * golden + 0.5) % 1.0))))
+            for b in range(self.batch)
+        )
 
     @property
     def group_size(self) -> int:

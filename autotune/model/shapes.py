@@ -28,21 +28,35 @@ def load_shape_set(name_or_path: str) -> list[Problem]:
             # A shape may pin dtype, head_dim or causal (else the file's lists apply) and say
             # how its KV cache is held (kv_cache, "dense" unless given), and any of its values
             # may be a list: the shape stands for every combination.
-            axes = {"dtype": data.get("dtypes"), "head_dim": data.get("head_dims"),
-                    "causal": data.get("causal"), "kv_cache": "dense"}
+            axes = {
+                "dtype": data.get("dtypes"),
+                "head_dim": data.get("head_dims"),
+                "causal": data.get("causal"),
+                "kv_cache": "dense",
+            }
             axes.update({k: v for k, v in shape.items()})
             names = list(axes)
-            for combo in itertools.product(*(v if isinstance(v, list) else [v]
-                                             for v in axes.values())):
+            for combo in itertools.product(
+                *(v if isinstance(v, list) else [v] for v in axes.values())
+            ):
                 one = dict(zip(names, combo, strict=True))
                 seqlen_q = int(one["seqlen_q"] if "seqlen_q" in one else one["seqlen"])
                 seqlen_k = int(one["seqlen_k"] if "seqlen_k" in one else one["seqlen"])
-                problem = Problem(one["batch"], one["heads_q"],
-                                  one.get("heads_kv", one["heads_q"]), seqlen_q, seqlen_k,
-                                  one["head_dim"], one["dtype"], one["causal"],
-                                  one["kv_cache"])
-                if _kv_bytes(problem) <= data.get("max_kv_gib", 1e9) * 2**30 \
-                        and problem not in problems:
+                problem = Problem(
+                    one["batch"],
+                    one["heads_q"],
+                    one.get("heads_kv", one["heads_q"]),
+                    seqlen_q,
+                    seqlen_k,
+                    one["head_dim"],
+                    one["dtype"],
+                    one["causal"],
+                    one["kv_cache"],
+                )
+                if (
+                    _kv_bytes(problem) <= data.get("max_kv_gib", 1e9) * 2**30
+                    and problem not in problems
+                ):
                     problems.append(problem)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: malformed shape set ({exc!r})") from None

@@ -59,7 +59,8 @@ class Param:
         """The C++ spelling of an allowed value. Only whitelisted values ever get here."""
         if value not in self.values:
             raise InvalidConfig(
-                [f"{self.name} = {shown(value)} is not one of {list(self.values)}"])
+                [f"{self.name} = {shown(value)} is not one of {list(self.values)}"]
+            )
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, int):
@@ -67,7 +68,8 @@ class Param:
         spelled = dict(self.cpp).get(value)
         if spelled is None:
             raise InvalidConfig(
-                [f"{self.name} = {shown(value)} has no C++ spelling in the space file"])
+                [f"{self.name} = {shown(value)} has no C++ spelling in the space file"]
+            )
         return spelled
 
     def label(self, value: Value) -> str:
@@ -116,7 +118,6 @@ class ValidConfig(Config):
         return Config, (self.family, self.values)
 
 
-
 def read_toml(path: Path) -> dict[str, Any]:
     """A TOML file's table; a file that does not parse is a ValueError naming it and where."""
     try:
@@ -124,6 +125,7 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
+
 
 class Space:
     def __init__(self, data: Mapping[str, Any], source: str = "<memory>") -> None:
@@ -172,28 +174,35 @@ class Space:
                 Constraint(c["expr"], c["message"]) for c in data.get("constraints", [])
             )
             self._heuristic: dict[int, dict[str, Value]] = {
-                int(k): dict(v) for k, v in data.get("heuristic", {}).items()}
+                int(k): dict(v) for k, v in data.get("heuristic", {}).items()
+            }
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{source}: malformed space file ({exc!r})") from None
         check_family_name(self.family)
         if self.kind not in (CUDA, TORCH):
             raise ValueError(f"{source}: kind {self.kind!r} is not {CUDA!r} or {TORCH!r}")
         header = Path(self.header)
-        if self.kind == CUDA and (header.is_absolute() or ".." in header.parts
-                                  or len(header.parts) < 2):
-            raise ValueError(f"{source}: header {self.header!r} is not a path inside a family's "
-                             "folder of kernel_src/")
+        if self.kind == CUDA and (
+            header.is_absolute() or ".." in header.parts or len(header.parts) < 2
+        ):
+            raise ValueError(
+                f"{source}: header {self.header!r} is not a path inside a family's "
+                "folder of kernel_src/"
+            )
         for folder in self.sources:
             if Path(folder).name != folder or folder in ("", ".", ".."):
-                raise ValueError(f"{source}: sources entry {folder!r} is not a folder name of "
-                                 "kernel_src/")
+                raise ValueError(
+                    f"{source}: sources entry {folder!r} is not a folder name of kernel_src/"
+                )
         self.params: dict[str, Param] = {p.name: p for p in params}
         for p in params:
             if p.role not in (PROBLEM, TUNABLE, LAUNCH):
                 raise ValueError(f"{source}: parameter {p.name} has unknown role {p.role!r}")
             if p.default is not None and not _same_kind(p.default, p.values):
-                raise ValueError(f"{source}: parameter {p.name}'s default {p.default!r} is not "
-                                 f"one of {list(p.values)}")
+                raise ValueError(
+                    f"{source}: parameter {p.name}'s default {p.default!r} is not "
+                    f"one of {list(p.values)}"
+                )
         self._check_expressions()
 
     def _check_expressions(self) -> None:
@@ -206,8 +215,9 @@ class Space:
         for c in self.constraints:
             unknown = _expr.names_in(c.expr) - known
             if unknown:
-                raise ValueError(f"{self.source}: constraint {c.expr!r} uses unknown "
-                                 f"{sorted(unknown)}")
+                raise ValueError(
+                    f"{self.source}: constraint {c.expr!r} uses unknown {sorted(unknown)}"
+                )
 
     @classmethod
     def from_file(cls, path: Path) -> Space:
@@ -289,8 +299,11 @@ class Space:
         """`config` with the parameters added to the family after it was stored, at the
         value that config meant (each such parameter's `default`)."""
         given = dict(config.values)
-        missing = {p.name: p.default for p in self.params.values()
-                   if p.name not in given and p.default is not None}
+        missing = {
+            p.name: p.default
+            for p in self.params.values()
+            if p.name not in given and p.default is not None
+        }
         if not missing or config.family != self.family:
             return config
         return Config.make(config.family, {**given, **missing})
@@ -330,8 +343,10 @@ class Space:
         except InvalidConfig as exc:
             return exc.reasons
         if not self.supports(target.cc):
-            return [f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
-                    f"target is {target.arch}"]
+            return [
+                f"family {self.family} needs compute capability {self.min_cc}..{self.max_cc}, "
+                f"target is {target.arch}"
+            ]
         env = self.environment(valid, target)
         return [c.message for c in self.constraints if not _expr.evaluate(c.expr, env)]
 
@@ -351,7 +366,8 @@ class Space:
             if p.name in fixed:
                 if not _same_kind(fixed[p.name], p.values):
                     raise InvalidConfig(
-                        [f"{p.name} = {shown(fixed[p.name])} is not one of {list(p.values)}"])
+                        [f"{p.name} = {shown(fixed[p.name])} is not one of {list(p.values)}"]
+                    )
                 axes.append((fixed[p.name],))
             else:
                 axes.append(p.values)
@@ -359,8 +375,9 @@ class Space:
         for combo in itertools.product(*axes):
             yield Config.make(self.family, dict(zip(names, combo, strict=True)))
 
-    def valid_configs(self, target: Target,
-                      fixed: Mapping[str, Value] | None = None) -> list[ValidConfig]:
+    def valid_configs(
+        self, target: Target, fixed: Mapping[str, Value] | None = None
+    ) -> list[ValidConfig]:
         """Every config of the space (with `fixed` parameters pinned) that fits `target`."""
         fitting = []
         for config in self.all_configs(fixed):
@@ -397,7 +414,6 @@ class Space:
         return self.gencode.format(cc=target.cc)
 
 
-
 def families() -> list[str]:
     """Every kernel family: one per space file in search_spaces/ (read once per process: the
     space files are package data)."""
@@ -425,8 +441,10 @@ def default_config(problem_values: Mapping[str, Value], target: Target) -> Valid
     """The built-in default config for a problem class on `target`: that of the family of
     highest `dispatch_priority` among those the target runs that have a default for the head
     dim (None if none has)."""
-    spaces = sorted((load_space(f) for f in supported_families(target)),
-                    key=lambda s: (-s.dispatch_priority, s.family))
+    spaces = sorted(
+        (load_space(f) for f in supported_families(target)),
+        key=lambda s: (-s.dispatch_priority, s.family),
+    )
     for space in spaces:
         try:
             config = space.heuristic(problem_values)

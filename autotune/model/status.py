@@ -35,5 +35,12 @@ class Status(StrEnum):
     @property
     def config_at_fault(self) -> bool:
         """Outcomes that condemn the config itself (as opposed to the machine or the session)."""
-        return self in (Status.INVALID, Status.COMPILE_ERROR, Status.TIMEOUT, Status.CRASHED,
-                        Status.FAILED_VALIDATION, Status.WRONG_RESULT, Status.FAILED)
+        return self in (
+            Status.INVALID,
+            Status.COMPILE_ERROR,
+            Status.TIMEOUT,
+            Status.CRASHED,
+            Status.FAILED_VALIDATION,
+            Status.WRONG_RESULT,
+            Status.FAILED,
+        )

@@ -25,8 +25,16 @@ MIN_CC, MAX_CC = 70, 130
 # published peaks divided by SM count and boost clock; with a clock above any GPU's boost, an
 # upper bound of what a device can do, used to refuse impossible measurements.
 _TENSOR_FLOP_PER_CLOCK_PER_SM = {
-    70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 1024, 89: 1024, 90: 4096, 100: 8192,
-    103: 8192, 120: 1024,
+    70: 1024,
+    75: 1024,
+    80: 2048,
+    86: 1024,
+    87: 1024,
+    89: 1024,
+    90: 4096,
+    100: 8192,
+    103: 8192,
+    120: 1024,
 }
 _CLOCK_CEILING_HZ = 2.6e9
 

@@ -89,9 +89,16 @@ class _SdpaRun:
     itself; where none runs the problem, the best kernel of ours (resolved on the first such
     call, then kept)."""
 
-    def __init__(self, backend: str, problem: Problem, causal: bool, scale: float | None,
-                 layout: str, device_index: int,
-                 inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        problem: Problem,
+        causal: bool,
+        scale: float | None,
+        layout: str,
+        device_index: int,
+        inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
         from ..measure.sdpa import backend_call, lower_right_call, sdpa_kwargs
 
         self.backend, self.problem, self.causal = backend, problem, causal
@@ -100,22 +107,30 @@ class _SdpaRun:
         self._lock = threading.Lock()
         # Made once: a decode-sized call runs for microseconds, so the host work per call is
         # kept to the views and torch's own call.
-        self._call = self._general = backend_call(backend, sdpa_kwargs(
-            problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
-            causal=causal, scale=scale))
+        self._call = self._general = backend_call(
+            backend,
+            sdpa_kwargs(
+                problem.seqlen_q,
+                problem.seqlen_k,
+                problem.heads_q,
+                problem.heads_kv,
+                causal=causal,
+                scale=scale,
+            ),
+        )
         # Causal with 1 < Lq != Lk: the op torch's lower-right bias would pick, called without
         # the bias's per-call Python dispatch, while the SDPA switches it was picked under hold.
         self._switches_needed: tuple[bool, ...] | None = None
         lq, lk = problem.seqlen_q, problem.seqlen_k
         if causal and 1 < lq != lk and inputs is not None:
             q, k, v = (logical_bhld(t, layout) for t in inputs)
-            direct = lower_right_call(backend, q, k, v, scale=scale,
-                                      enable_gqa=problem.heads_q != problem.heads_kv)
+            direct = lower_right_call(
+                backend, q, k, v, scale=scale, enable_gqa=problem.heads_q != problem.heads_kv
+            )
             if direct is not None:
                 self._call, self._switches_needed = direct
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 return_lse: bool) -> Any:
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool) -> Any:
         if return_lse:
             if self._with_lse is None:
                 with self._lock:
@@ -132,17 +147,21 @@ class _SdpaRun:
     def _resolve_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         from ..measure.sdpa import lse_call
 
-        real_scale = (1.0 / math.sqrt(self.problem.head_dim) if self.scale is None
-                      else float(self.scale))
-        call = lse_call(self.backend, q, k, v, causal=self.causal, scale=real_scale,
-                        layout=self.layout)
+        real_scale = (
+            1.0 / math.sqrt(self.problem.head_dim) if self.scale is None else float(self.scale)
+        )
+        call = lse_call(
+            self.backend, q, k, v, causal=self.causal, scale=real_scale, layout=self.layout
+        )
         if call is not None:
             return call
         decision = dispatcher().kernel_decision(self.problem, self.device_index)
         if decision.kernel is None:
-            raise Unsupported(f"return_lse=True: no torch op of the {self.backend} backend "
-                              f"returns the log-sum-exp here, and no kernel runs it: "
-                              f"{decision.reason}")
+            raise Unsupported(
+                f"return_lse=True: no torch op of the {self.backend} backend "
+                f"returns the log-sum-exp here, and no kernel runs it: "
+                f"{decision.reason}"
+            )
         plan = _kernel_plan(decision, q, k, v, self.problem, self.scale, self.layout)
 
         def with_kernel(q: Any, k: Any, v: Any) -> Any:
@@ -158,8 +177,13 @@ class _SdpaRun:
 _prepared: LruDict[tuple[Any, ...], _Prepared] = LruDict(MEMO_SIZE)
 
 
-def configure(*, db: str | None = None, compile_on_miss: bool | None = None,
-              use_shipped: bool = True, untuned: str | None = None) -> Dispatcher:
+def configure(
+    *,
+    db: str | None = None,
+    compile_on_miss: bool | None = None,
+    use_shipped: bool = True,
+    untuned: str | None = None,
+) -> Dispatcher:
     """Replace the process-wide dispatcher (and forget its decisions). `untuned="kernel"`
     runs the kernels' built-in defaults on problems nobody tuned even where no kernel was
     measured faster than torch SDPA (default "measured": SDPA there;
@@ -211,14 +235,19 @@ def _miss(decision: Decision, device_index: int, problem: Problem | None = None)
         return None
 
 
-def _new_dispatcher(db: str | None = None, compile_on_miss: bool | None = None,
-                    use_shipped: bool = True, untuned: str | None = None) -> Dispatcher:
+def _new_dispatcher(
+    db: str | None = None,
+    compile_on_miss: bool | None = None,
+    use_shipped: bool = True,
+    untuned: str | None = None,
+) -> Dispatcher:
     if compile_on_miss is None:
         compile_on_miss = os.environ.get(COMPILE_ENV, "1") != "0"
     if untuned is None:
         untuned = os.environ.get(UNTUNED_ENV, "measured") or "measured"
-    return Dispatcher(db, compile_on_miss=compile_on_miss, use_shipped=use_shipped,
-                      untuned=untuned)
+    return Dispatcher(
+        db, compile_on_miss=compile_on_miss, use_shipped=use_shipped, untuned=untuned
+    )
 
 
 def dispatcher() -> Dispatcher:
@@ -237,8 +266,9 @@ def _strict(strict: bool | None) -> bool:
 @cache
 def _head_dims() -> tuple[int, ...]:
     """The head dims some kernel family has (dispatch then finds one that runs on the GPU)."""
-    return tuple(sorted({int(d) for f in families()
-                         for d in load_space(f).params["head_dim"].values}))
+    return tuple(
+        sorted({int(d) for f in families() for d in load_space(f).params["head_dim"].values})
+    )
 
 
 @cache
@@ -250,8 +280,9 @@ def _tensor_types() -> tuple[type[torch.Tensor], frozenset[torch.dtype]]:
     return torch.Tensor, frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 
-def check_arguments(q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None,
-                    return_lse: Any = False) -> None:
+def check_arguments(
+    q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None, return_lse: Any = False
+) -> None:
     """The one check of `attention`'s arguments, made before either path (the tuned kernels
     or torch SDPA) sees them; InputError names the argument."""
     tensor, dtypes = _tensor_types()
@@ -259,14 +290,17 @@ def check_arguments(q: Any, k: Any, v: Any, *, causal: Any, scale: Any = None,
         if not isinstance(t, tensor):
             raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in dtypes:
-            raise InputError(f"{name} has dtype {t.dtype}; attention needs float16, bfloat16, "
-                             "float32 or float64")
+            raise InputError(
+                f"{name} has dtype {t.dtype}; attention needs float16, bfloat16, "
+                "float32 or float64"
+            )
     for name, flag in (("causal", causal), ("return_lse", return_lse)):
         if flag is not True and flag is not False:
             raise InputError(f"{name} must be True or False, got {flag!r}")
     if scale is not None and not valid_scale(scale):
-        raise InputError(f"scale must be a finite number > 0 (None: 1/sqrt(head dim)), "
-                         f"got {shown(scale)}")
+        raise InputError(
+            f"scale must be a finite number > 0 (None: 1/sqrt(head dim)), got {shown(scale)}"
+        )
 
 
 def valid_scale(scale: Any) -> bool:
@@ -284,8 +318,9 @@ def valid_scale(scale: Any) -> bool:
     return 0.0 < value < math.inf
 
 
-def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                layout: str) -> tuple[Problem | None, str | None]:
+def read_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, layout: str
+) -> tuple[Problem | None, str | None]:
     """(problem, None) when the kernels can run it, (problem or None, reason) when they cannot.
     Raises ValueError for inputs that are not valid attention at all."""
     check_shapes(q, k, v, layout)
@@ -310,9 +345,18 @@ def read_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
     return problem, None
 
 
-def _fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-              scale: float | None, layout: str, return_lse: bool, reason: str,
-              strict: bool) -> Any:
+def _fallback(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: str,
+    return_lse: bool,
+    reason: str,
+    strict: bool,
+) -> Any:
     if strict:
         raise Unsupported(f"cute-autotune cannot run this attention: {reason} (strict mode)")
     key = reason.split(":")[0]
@@ -329,9 +373,14 @@ def _fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return out
     from ..measure.sdpa import fallback_lse
 
-    lse = fallback_lse(q.detach(), k.detach(), v.detach(), causal=causal,
-                       scale=scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
-                       layout=layout)
+    lse = fallback_lse(
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        causal=causal,
+        scale=scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
+        layout=layout,
+    )
     return out, lse
 
 
@@ -341,16 +390,19 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     if t.device.type != "cuda":
         return t
     elem = t.element_size()
-    if not t.data_ptr() % ALIGN_BYTES and (t.is_contiguous() or (
-            t.stride(-1) == 1 and not any((s * elem) % ALIGN_BYTES for s in t.stride()[:-1]))):
+    if not t.data_ptr() % ALIGN_BYTES and (
+        t.is_contiguous()
+        or (t.stride(-1) == 1 and not any((s * elem) % ALIGN_BYTES for s in t.stride()[:-1]))
+    ):
         return t
     import torch
 
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _run(prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-         return_lse: bool) -> Any:
+def _run(
+    prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool
+) -> Any:
     if prepared.sdpa is not None:
         return prepared.sdpa(q, k, v, return_lse)
     assert prepared.kernel is not None
@@ -358,8 +410,15 @@ def _run(prepared: _Prepared, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return (out, lse) if return_lse else out
 
 
-def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-             scale: float | None, layout: str) -> tuple[_Prepared | None, str]:
+def _prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: str,
+) -> tuple[_Prepared | None, str]:
     """Decide for this geometry and build its launch plan; (None, reason) if it cannot run."""
 
     problem, reason = read_inputs(q, k, v, causal=causal, layout=layout)
@@ -385,8 +444,16 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 _accepted: LruDict[tuple[Any, ...], bool] = LruDict(MEMO_SIZE)
 
 
-def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-             causal: bool, scale: float | None, layout: str) -> bool:
+def _accepts(
+    backend: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: str,
+) -> bool:
     """Whether torch SDPA's `backend` runs these inputs (one call, made once per kind of
     input and length class)."""
     from ..measure.sdpa import sdpa_call
@@ -394,10 +461,21 @@ def _accepts(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if backend == "default":
         return True
     lq, lk = q.shape[2 if layout == "bhld" else 1], k.shape[2 if layout == "bhld" else 1]
-    key = (backend, sdpa_switches(), q.dtype, q.device, layout, causal, scale,
-           length_class(lq), length_class(lk), (lq > lk) - (lq < lk),
-           *(t.shape[:2] if layout == "bhld" else (t.shape[0], t.shape[2]) for t in (q, k)),
-           q.shape[-1], *(_alignment(t) for t in (q, k, v)))
+    key = (
+        backend,
+        sdpa_switches(),
+        q.dtype,
+        q.device,
+        layout,
+        causal,
+        scale,
+        length_class(lq),
+        length_class(lk),
+        (lq > lk) - (lq < lk),
+        *(t.shape[:2] if layout == "bhld" else (t.shape[0], t.shape[2]) for t in (q, k)),
+        q.shape[-1],
+        *(_alignment(t) for t in (q, k, v)),
+    )
     known = _accepted.get(key)
     if known is not None:
         return known
@@ -416,43 +494,79 @@ def _alignment(t: torch.Tensor) -> tuple[int, ...]:
     """What of a tensor's placement a backend's checks read: its data pointer's and each
     stride's alignment in bytes (up to 16) and whether the last dimension is contiguous."""
     elem = t.element_size()
-    return (math.gcd(t.data_ptr(), ALIGN_BYTES), t.stride(-1) == 1,
-            *(math.gcd(s * elem, ALIGN_BYTES) for s in t.stride()))
+    return (
+        math.gcd(t.data_ptr(), ALIGN_BYTES),
+        t.stride(-1) == 1,
+        *(math.gcd(s * elem, ALIGN_BYTES) for s in t.stride()),
+    )
 
 
-def _kernel_plan(decision: Decision, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 problem: Problem, scale: float | None, layout: str) -> _Prepared:
+def _kernel_plan(
+    decision: Decision,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    problem: Problem,
+    scale: float | None,
+    layout: str,
+) -> _Prepared:
     assert decision.kernel is not None
     # A decode config launches with its tuned KV split count (its own), any other with 1.
     return _Prepared(decision.kernel.prepare(problem, q, k, v, scale=scale, layout=layout))
 
 
-def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-           scale: float | None, return_lse: bool, layout: str, strict: bool | None,
-           unsupported: Callable[[str], Any] | None = None) -> Any:
+def _eager(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    return_lse: bool,
+    layout: str,
+    strict: bool | None,
+    unsupported: Callable[[str], Any] | None = None,
+) -> Any:
     """`attention` without the compile check; `unsupported(reason)`, when given, answers the
     inputs no kernel can run in place of the warned torch SDPA fallback (the SDPA drop-in
     calls torch's own function with the caller's arguments there)."""
     try:
-        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
-               q.device, causal, scale, layout)
+        key = (
+            q.shape,
+            q.stride(),
+            k.shape,
+            k.stride(),
+            v.shape,
+            v.stride(),
+            q.dtype,
+            q.device,
+            causal,
+            scale,
+            layout,
+        )
         prepared = _prepared.get(key)
     except (AttributeError, TypeError):  # not tensors: check_arguments below says which
         prepared = None
     # A memo hit stands for arguments checked when it was made (the key pins the dtypes, the
     # scale and the shapes); only what the key does not pin is checked again.
-    if prepared is not None and (causal is True or causal is False) \
-            and (return_lse is True or return_lse is False) \
-            and not (q.requires_grad or k.requires_grad or v.requires_grad) \
-            and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGN_BYTES:
+    if (
+        prepared is not None
+        and (causal is True or causal is False)
+        and (return_lse is True or return_lse is False)
+        and not (q.requires_grad or k.requires_grad or v.requires_grad)
+        and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % ALIGN_BYTES
+    ):
         if prepared.miss is not None:
             prepared.miss.calls += 1
         return _run(prepared, q, k, v, return_lse)
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     scale = None if scale is None else float(scale)  # a numpy number, a Fraction: torch's type
     reason = ""
-    if q.dim() == 4 and q.device.type == "cuda" and not (
-            q.requires_grad or k.requires_grad or v.requires_grad):
+    if (
+        q.dim() == 4
+        and q.device.type == "cuda"
+        and not (q.requires_grad or k.requires_grad or v.requires_grad)
+    ):
         prepared, reason = _prepare(q, k, v, causal=causal, scale=scale, layout=layout)
         if prepared is not None:
             _prepared[key] = prepared
@@ -465,26 +579,52 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         reason = why or "unsupported"
     if unsupported is not None:
         return unsupported(reason)
-    return _fallback(q, k, v, causal=causal, scale=scale, layout=layout,
-                     return_lse=return_lse, reason=reason, strict=_strict(strict))
+    return _fallback(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        layout=layout,
+        return_lse=return_lse,
+        reason=reason,
+        strict=_strict(strict),
+    )
 
 
-def _count_fallback(key: tuple[Any, ...], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    *, causal: bool, layout: str) -> None:
+def _count_fallback(
+    key: tuple[Any, ...],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    layout: str,
+) -> None:
     """Count a call of a CUDA problem that no kernel serves (it runs torch SDPA)."""
     if key not in _fallback_misses:
         problem, _ = read_inputs(q, k, v, causal=causal, layout=layout)
-        _fallback_misses[key] = (_miss(Decision(FALLBACK, ""), q.device.index or 0,
-                                       representative(problem))
-                                 if problem is not None else None)
+        _fallback_misses[key] = (
+            _miss(Decision(FALLBACK, ""), q.device.index or 0, representative(problem))
+            if problem is not None
+            else None
+        )
     miss = _fallback_misses[key]
     if miss is not None:
         miss.calls += 1
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: float | None = None, return_lse: bool = False, layout: str = "bhld",
-              strict: bool | None = None) -> Any:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    layout: str = "bhld",
+    strict: bool | None = None,
+) -> Any:
     """softmax(scale * Q K^T [+ causal mask]) V, forward only.
 
     q: [B, Hq, Lq, D], k and v: [B, Hkv, Lk, D] (layout="bhld"), or [B, L, H, D]
@@ -498,17 +638,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         strict_mode = _strict(strict)
         check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
         scale = None if scale is None else float(scale)
-        out, lse = torch.ops.cute_autotune.attention(q, k, v, causal, scale, return_lse, layout,
-                                                     strict_mode)
+        out, lse = torch.ops.cute_autotune.attention(
+            q, k, v, causal, scale, return_lse, layout, strict_mode
+        )
         return (out, lse) if return_lse else out
     # strict mode matters only where the call falls back: read there ($CUTE_AUTOTUNE_STRICT
     # costs the host an environment lookup per call otherwise)
-    return _eager(q, k, v, causal=causal, scale=scale, return_lse=return_lse, layout=layout,
-                  strict=strict)
+    return _eager(
+        q, k, v, causal=causal, scale=scale, return_lse=return_lse, layout=layout, strict=strict
+    )
 
 
-def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-            layout: str = "bhld") -> Decision:
+def explain(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: str = "bhld",
+) -> Decision:
     """What `attention` would run for these inputs, and why (with what the performance model
     shipped for the GPU predicts of it, where one ships)."""
     check_arguments(q, k, v, causal=causal)
@@ -517,8 +665,7 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool =
         return Decision(FALLBACK, reason or "unsupported")
     index = q.device.index or 0
     made = dispatcher()
-    return with_prediction(made.decide(problem, index), problem, device_info(index),
-                           made.store())
+    return with_prediction(made.decide(problem, index), problem, device_info(index), made.store())
 
 
 from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention

@@ -79,8 +79,13 @@ T = TypeVar("T")
 
 def lq_bucket(seqlen_q: int) -> str:
     """The query-length class a region is made of: decode (1, up to 16), short, prefill."""
-    return "1" if seqlen_q <= 1 else "2-16" if seqlen_q <= 16 else (
-        "17-128" if seqlen_q <= 128 else ">128")
+    return (
+        "1"
+        if seqlen_q <= 1
+        else "2-16"
+        if seqlen_q <= 16
+        else ("17-128" if seqlen_q <= 128 else ">128")
+    )
 
 
 def region(problem: Problem) -> tuple[int, str, bool, str]:
@@ -118,14 +123,21 @@ class Decision:
             return f"fallback to torch SDPA: {self.reason}"
         name = load_space(self.config.family).name_of(self.config)
         tuned = self.tuned_problem.describe() if self.tuned_problem else ""
-        where = {EXACT: "tuned for this problem",
-                 HEURISTIC: (self.reason if self.sdpa_backend else
-                             "built-in default for this head dim"),
-                 NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})"}[self.path]
+        where = {
+            EXACT: "tuned for this problem",
+            HEURISTIC: (
+                self.reason if self.sdpa_backend else "built-in default for this head dim"
+            ),
+            NEAREST: f"tuned for {tuned} (distance {self.distance:.2f})",
+        }[self.path]
         if self.sdpa_backend is not None:
             name = f"torch SDPA ({self.sdpa_backend} backend)"
-        speed = (f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
-                 f" default" if self.measured_tflops and self.speedup_vs_sdpa else "")
+        speed = (
+            f"; measured {self.measured_tflops:.0f} TFLOP/s, {self.speedup_vs_sdpa:.2f}x SDPA"
+            f" default"
+            if self.measured_tflops and self.speedup_vs_sdpa
+            else ""
+        )
         if self.decided:
             speed += f"; {self.decided}"
         passed = f" (passed over: {'; '.join(self.skipped)})" if self.skipped else ""
@@ -133,8 +145,9 @@ class Decision:
         return f"{self.path}: {name}, {where}{speed}{passed}{predicted}"
 
 
-def with_prediction(decision: Decision, problem: Problem, device: DeviceInfo,
-                    store: TuningStore | None = None) -> Decision:
+def with_prediction(
+    decision: Decision, problem: Problem, device: DeviceInfo, store: TuningStore | None = None
+) -> Decision:
     """`decision` with what the performance model of `device` (fitted in `store`, or shipped
     in db/: store.perf_models.model_for) predicts of its config and of torch SDPA's default on
     `problem` (unchanged where there is no model for the GPU or the model never learnt the
@@ -163,23 +176,34 @@ def _twin_dtype(dtype: str) -> str:
 
 
 def _sdpa_path(problem: Problem) -> tuple[str, bool, bool, str]:
-    return sdpa_path(problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
-                     causal=problem.causal, kv_cache=problem.kv_cache)
+    return sdpa_path(
+        problem.seqlen_q,
+        problem.seqlen_k,
+        problem.heads_q,
+        problem.heads_kv,
+        causal=problem.causal,
+        kv_cache=problem.kv_cache,
+    )
 
 
 def _region_text(problem: Problem) -> str:
     head_dim, dtype, causal, bucket = region(problem)
-    return (f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}")
+    return f"D={head_dim} {dtype} {'causal' if causal else 'non-causal'} Lq in {bucket}"
 
 
 def _within_carry_margin(option: Decision, problem: Problem) -> bool:
     """Whether `option`, a kernel config carried from a tuned problem that torch runs as it
     runs `problem`, won there by less than CARRY_MARGIN (where torch takes another path, what
     SDPA measured there says nothing of it here)."""
-    return (option.path == NEAREST and option.config is not None
-            and option.config.family != SDPA_FAMILY and option.tuned_problem is not None
-            and option.speedup_vs_sdpa is not None and option.speedup_vs_sdpa < CARRY_MARGIN
-            and _sdpa_path(option.tuned_problem) == _sdpa_path(problem))
+    return (
+        option.path == NEAREST
+        and option.config is not None
+        and option.config.family != SDPA_FAMILY
+        and option.tuned_problem is not None
+        and option.speedup_vs_sdpa is not None
+        and option.speedup_vs_sdpa < CARRY_MARGIN
+        and _sdpa_path(option.tuned_problem) == _sdpa_path(problem)
+    )
 
 
 def _for_class(decision: Decision, decided_for: Problem, tuned: bool) -> Decision:
@@ -188,8 +212,9 @@ def _for_class(decision: Decision, decided_for: Problem, tuned: bool) -> Decisio
     nearest tuned problem."""
     decision = replace(decision, decided_for=decided_for)
     if decision.path == EXACT and not tuned:
-        decision = replace(decision, path=NEAREST,
-                           reason="the tuned representative of this length class")
+        decision = replace(
+            decision, path=NEAREST, reason="the tuned representative of this length class"
+        )
     return decision
 
 
@@ -198,8 +223,13 @@ def device_info(index: int) -> DeviceInfo:
     import torch
 
     props = torch.cuda.get_device_properties(index)
-    return DeviceInfo(props.name, props.major * 10 + props.minor, props.multi_processor_count,
-                      "", str(torch.version.cuda))
+    return DeviceInfo(
+        props.name,
+        props.major * 10 + props.minor,
+        props.multi_processor_count,
+        "",
+        str(torch.version.cuda),
+    )
 
 
 def shipped_results() -> list[dict[str, Any]]:
@@ -219,21 +249,33 @@ def _shipped_sibling(device: DeviceInfo) -> DeviceInfo | None:
     for document in shipped_results():
         for entry in document.get("results", []):
             other = entry.get("device", {})
-            if (other.get("compute_capability") == device.compute_capability
-                    and other.get("sm_count") == device.sm_count
-                    and other.get("name") != device.name):
+            if (
+                other.get("compute_capability") == device.compute_capability
+                and other.get("sm_count") == device.sm_count
+                and other.get("name") != device.name
+            ):
                 try:
-                    return DeviceInfo(str(other["name"]), device.compute_capability,
-                                      device.sm_count, str(other.get("driver_version", "")),
-                                      str(other.get("cuda_version", "")))
+                    return DeviceInfo(
+                        str(other["name"]),
+                        device.compute_capability,
+                        device.sm_count,
+                        str(other.get("driver_version", "")),
+                        str(other.get("cuda_version", "")),
+                    )
                 except KeyError:
                     continue
     return None
 
 
 class Dispatcher:
-    def __init__(self, db: str | None = None, *, compile_on_miss: bool = True,
-                 use_shipped: bool = True, untuned: str = "measured") -> None:
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        compile_on_miss: bool = True,
+        use_shipped: bool = True,
+        untuned: str = "measured",
+    ) -> None:
         if untuned not in ("measured", "kernel"):
             raise ValueError(f"untuned must be 'measured' or 'kernel', got {untuned!r}")
         self.db = db
@@ -241,8 +283,7 @@ class Dispatcher:
         self.use_shipped = use_shipped
         self.untuned = untuned
         self._memo: LruDict[tuple[Any, ...], Decision] = LruDict(MEMO_SIZE)
-        self._family_memo: LruDict[tuple[Any, ...], tuple[Config, str] | None] = \
-            LruDict(MEMO_SIZE)
+        self._family_memo: LruDict[tuple[Any, ...], tuple[Config, str] | None] = LruDict(MEMO_SIZE)
         self._tuned_problems: dict[DeviceInfo, frozenset[Problem]] = {}
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
@@ -268,13 +309,15 @@ class Dispatcher:
         self._seeded.add(device.name)
         store = self.store()
         for document in shipped_results():
-            entries = [e for e in document.get("results", [])
-                       if e.get("device", {}).get("name") == device.name
-                       and e.get("device", {}).get("sm_count") == device.sm_count]
+            entries = [
+                e
+                for e in document.get("results", [])
+                if e.get("device", {}).get("name") == device.name
+                and e.get("device", {}).get("sm_count") == device.sm_count
+            ]
             if entries:
                 try:
-                    store.import_results({**document, "results": entries},
-                                         refresh_imported=True)
+                    store.import_results({**document, "results": entries}, refresh_imported=True)
                 except BrokenRow:
                     continue  # a damaged shipped file must not stop attention from running
 
@@ -313,13 +356,15 @@ class Dispatcher:
             with self._lock:
                 decision = self._memo.get(key)
                 if decision is None:
-                    decision = _for_class(self._decide(decided_for, device_index),
-                                          decided_for, tuned)
+                    decision = _for_class(
+                        self._decide(decided_for, device_index), decided_for, tuned
+                    )
                     self._memo[key] = decision
         return decision
 
-    def tuned_config(self, problem: Problem, device_index: int,
-                     family: str | tuple[str, ...]) -> tuple[Config, str] | None:
+    def tuned_config(
+        self, problem: Problem, device_index: int, family: str | tuple[str, ...]
+    ) -> tuple[Config, str] | None:
         """The config of `family` (or of any of several) the database knows best for `problem`
         on this GPU model, and why: the fastest measured one of the problem itself, else the
         best config of the nearest tuned problem whose best is of `family`; None when it knows
@@ -339,31 +384,41 @@ class Dispatcher:
                 return chosen
         return self._family_memo.get(key)
 
-    def _tuned_config(self, problem: Problem, device_index: int,
-                      families: tuple[str, ...]) -> tuple[Config, str] | None:
+    def _tuned_config(
+        self, problem: Problem, device_index: int, families: tuple[str, ...]
+    ) -> tuple[Config, str] | None:
         device, _ = self._identify(device_index)
         try:
             self.db_queries += 1
             self._seed_from_shipped(device)
             store = self.store()
-            timed = [t for t in store.timings(device, problem)
-                     if t.config.family in families and t.median_us is not None]
+            timed = [
+                t
+                for t in store.timings(device, problem)
+                if t.config.family in families and t.median_us is not None
+            ]
             if timed:
                 fastest = min(timed, key=lambda t: float(t.median_us or 0.0))
-                return fastest.config, (f"tuned for this problem: the fastest of {len(timed)} "
-                                        f"measured {' or '.join(families)} configs")
+                return fastest.config, (
+                    f"tuned for this problem: the fastest of {len(timed)} "
+                    f"measured {' or '.join(families)} configs"
+                )
             near = store.nearest(device, problem, family=families)
             if near is not None:
                 return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             if not self._warned_db:
                 self._warned_db = True
-                warnings.warn(f"cute-autotune: tuning database unavailable, the default of "
-                              f"{families[0]} is used: {exc}", stacklevel=3)
+                warnings.warn(
+                    f"cute-autotune: tuning database unavailable, the default of "
+                    f"{families[0]} is used: {exc}",
+                    stacklevel=3,
+                )
         return None
 
-    def _candidates(self, problem: Problem, device: DeviceInfo,
-                    target: Target) -> tuple[list[Decision], list[str]]:
+    def _candidates(
+        self, problem: Problem, device: DeviceInfo, target: Target
+    ) -> tuple[list[Decision], list[str]]:
         """The options in order of preference, and why better ones are missing (a database
         that cannot be used, a row refused, a family not measured faster than SDPA here, a
         decision that does not carry over): reasons the decision keeps."""
@@ -390,22 +445,29 @@ class Dispatcher:
                 options.append(self._tuned(EXACT, "tuned for this problem", exact, 0.0))
             # with the problem tuned, the nearest is only a second choice (its config may
             # not build here): of this dtype
-            near = self._nearest(store, device, problem, notes, unless_refused,
-                                 twin=exact is None)
+            near = self._nearest(store, device, problem, notes, unless_refused, twin=exact is None)
             if near is not None and (exact is None or near.config != exact.config):
                 options.append(near)
             if self.untuned == "measured":
-                faster, measured = unless_refused(lambda: store.families_against_sdpa(
-                    device, region(problem), lq_bucket)) or (set(), set())
+                faster, measured = unless_refused(
+                    lambda: store.families_against_sdpa(device, region(problem), lq_bucket)
+                ) or (set(), set())
                 twin = replace(problem, dtype=_twin_dtype(problem.dtype))
-                twin_faster = unless_refused(lambda: store.families_faster_than_sdpa(
-                    device, region(twin), lq_bucket)) or set()
+                twin_faster = (
+                    unless_refused(
+                        lambda: store.families_faster_than_sdpa(device, region(twin), lq_bucket)
+                    )
+                    or set()
+                )
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             notes.append(f"tuning database unavailable: {exc}")
             if not self._warned_db:
                 self._warned_db = True
-                warnings.warn(f"cute-autotune: tuning database unavailable, dispatch uses the "
-                              f"built-in defaults: {exc}", stacklevel=2)
+                warnings.warn(
+                    f"cute-autotune: tuning database unavailable, dispatch uses the "
+                    f"built-in defaults: {exc}",
+                    stacklevel=2,
+                )
         if self.untuned == "measured":
             kept = []
             for option in options:
@@ -415,23 +477,36 @@ class Dispatcher:
                 # is blocked only by evidence against it (its family timed in this region and
                 # never faster than SDPA there); one carried across classes (prefill to
                 # decode) needs evidence for it (its family timed faster here)
-                if option.path == NEAREST and family != SDPA_FAMILY and family not in faster \
-                        and (family in measured or option.tuned_problem is None
-                             or lq_bucket(option.tuned_problem.seqlen_q)
-                             != lq_bucket(problem.seqlen_q)):
-                    notes.append(f"nearest {family} config not taken: {family} was never "
-                                 f"measured faster than torch SDPA for {_region_text(problem)}")
+                if (
+                    option.path == NEAREST
+                    and family != SDPA_FAMILY
+                    and family not in faster
+                    and (
+                        family in measured
+                        or option.tuned_problem is None
+                        or lq_bucket(option.tuned_problem.seqlen_q) != lq_bucket(problem.seqlen_q)
+                    )
+                ):
+                    notes.append(
+                        f"nearest {family} config not taken: {family} was never "
+                        f"measured faster than torch SDPA for {_region_text(problem)}"
+                    )
                     continue
                 if _within_carry_margin(option, problem):
                     assert option.tuned_problem is not None
-                    notes.append(f"nearest {family} config not taken: "
-                                 f"{option.speedup_vs_sdpa:.2f}x SDPA's default on "
-                                 f"{option.tuned_problem.describe()}, within the "
-                                 f"{CARRY_MARGIN:.2f}x a carried config needs")
-                    kept.append(Decision(HEURISTIC, "its nearest tuned problem's kernel won by "
-                                         "too little to carry over",
-                                         load_space(SDPA_FAMILY).heuristic(
-                                             problem.space_values())))
+                    notes.append(
+                        f"nearest {family} config not taken: "
+                        f"{option.speedup_vs_sdpa:.2f}x SDPA's default on "
+                        f"{option.tuned_problem.describe()}, within the "
+                        f"{CARRY_MARGIN:.2f}x a carried config needs"
+                    )
+                    kept.append(
+                        Decision(
+                            HEURISTIC,
+                            "its nearest tuned problem's kernel won by too little to carry over",
+                            load_space(SDPA_FAMILY).heuristic(problem.space_values()),
+                        )
+                    )
                     continue
                 kept.append(option)
             options = kept
@@ -439,20 +514,38 @@ class Dispatcher:
         # the built-in default is a guess: taken where its family was timed faster than SDPA
         # in this region, or, never timed here, in the same region of the other dtype
         if heuristic is not None and (
-                self.untuned == "kernel" or heuristic.family in faster
-                or (heuristic.family not in measured and heuristic.family in twin_faster)):
-            options.append(Decision(HEURISTIC, "no tuned problem of this dtype, head dim and "
-                                    "causality on this GPU", heuristic))
+            self.untuned == "kernel"
+            or heuristic.family in faster
+            or (heuristic.family not in measured and heuristic.family in twin_faster)
+        ):
+            options.append(
+                Decision(
+                    HEURISTIC,
+                    "no tuned problem of this dtype, head dim and causality on this GPU",
+                    heuristic,
+                )
+            )
         elif heuristic is not None:
-            options.append(Decision(
-                HEURISTIC, f"untuned, and no kernel family was measured faster than torch "
-                f"SDPA for {_region_text(problem)} on this GPU",
-                load_space(SDPA_FAMILY).heuristic(problem.space_values())))
+            options.append(
+                Decision(
+                    HEURISTIC,
+                    f"untuned, and no kernel family was measured faster than torch "
+                    f"SDPA for {_region_text(problem)} on this GPU",
+                    load_space(SDPA_FAMILY).heuristic(problem.space_values()),
+                )
+            )
         return options, notes
 
-    def _nearest(self, store: TuningStore, device: DeviceInfo, problem: Problem,
-                 notes: list[str], unless_refused: Callable[[Callable[[], Any]], Any], *,
-                 twin: bool = True) -> Decision | None:
+    def _nearest(
+        self,
+        store: TuningStore,
+        device: DeviceInfo,
+        problem: Problem,
+        notes: list[str],
+        unless_refused: Callable[[Callable[[], Any]], Any],
+        *,
+        twin: bool = True,
+    ) -> Decision | None:
         """The nearest tuned problem whose decision carries over to `problem`: a kernel
         config (our kernels compute every mask and shape alike), or a torch SDPA backend won on
         a problem torch runs the same way (`sdpa_path`: its mask, GQA, decode-sized or not);
@@ -471,7 +564,7 @@ class Dispatcher:
             return lambda: store.nearest(device, asked, accept=carries_over)
 
         found = []
-        asked = [problem, replace(problem, dtype=_twin_dtype(problem.dtype))][:1 + twin]
+        asked = [problem, replace(problem, dtype=_twin_dtype(problem.dtype))][: 1 + twin]
         for rank, one in enumerate(asked):
             hit = unless_refused(lookup(one))
             if hit is not None:
@@ -480,34 +573,53 @@ class Dispatcher:
             notes.extend(self._not_carried(r, problem) for r in passed[:1])
             return None
         distance, rank, record = min(found, key=lambda f: (f[0], f[1]))
-        notes.extend(self._not_carried(r, problem) for r in passed[:1]
-                     if r.problem.dtype == problem.dtype)
+        notes.extend(
+            self._not_carried(r, problem) for r in passed[:1] if r.problem.dtype == problem.dtype
+        )
         if rank == 0:
             return self._tuned(NEAREST, "nearest tuned problem", record, distance)
         config = record.config
         try:
-            config = load_space(config.family).validate(Config.make(
-                config.family, {**dict(config.values), "dtype": problem.dtype}))
+            config = load_space(config.family).validate(
+                Config.make(config.family, {**dict(config.values), "dtype": problem.dtype})
+            )
         except InvalidConfig as exc:
-            notes.append(f"the {record.problem.dtype} twin's config does not hold in "
-                         f"{problem.dtype}: {exc}")
+            notes.append(
+                f"the {record.problem.dtype} twin's config does not hold in {problem.dtype}: {exc}"
+            )
             return None
-        return replace(self._tuned(NEAREST, f"nearest tuned problem, in {record.problem.dtype} "
-                                   f"(fp16 and bf16 share configs)", record, distance),
-                       config=config)
+        return replace(
+            self._tuned(
+                NEAREST,
+                f"nearest tuned problem, in {record.problem.dtype} (fp16 and bf16 share configs)",
+                record,
+                distance,
+            ),
+            config=config,
+        )
 
     @staticmethod
     def _not_carried(record: Any, problem: Problem) -> str:
-        return (f"nearest tuned problem {record.problem.describe()} was won by torch SDPA, "
-                f"which runs {problem.describe()} another way "
-                f"({', '.join(map(str, _sdpa_path(record.problem)))} against "
-                f"{', '.join(map(str, _sdpa_path(problem)))}): not carried over")
+        return (
+            f"nearest tuned problem {record.problem.describe()} was won by torch SDPA, "
+            f"which runs {problem.describe()} another way "
+            f"({', '.join(map(str, _sdpa_path(record.problem)))} against "
+            f"{', '.join(map(str, _sdpa_path(problem)))}): not carried over"
+        )
 
     @staticmethod
     def _tuned(path: str, reason: str, record: Any, distance: float) -> Decision:
-        return Decision(path, reason, record.config, record.problem, distance,
-                        record.median_us, record.tflops, record.speedup_vs_default,
-                        decided=record.decision)
+        return Decision(
+            path,
+            reason,
+            record.config,
+            record.problem,
+            distance,
+            record.median_us,
+            record.tflops,
+            record.speedup_vs_default,
+            decided=record.decision,
+        )
 
     def _identify(self, device_index: int) -> tuple[DeviceInfo, Target]:
         """The GPU model whose results the lookups read (`results_device`) and the target of
@@ -538,18 +650,27 @@ class Dispatcher:
         if not supported_families(target):
             return Decision(FALLBACK, f"{device.name}: {unsupported_reason(target)}")
         options, problems = self._candidates(problem, device, target)
-        decision = self._first(options, problems, target,
-                               lambda c: self._load(c, target, device_index, problems))
+        decision = self._first(
+            options, problems, target, lambda c: self._load(c, target, device_index, problems)
+        )
         read = self._results_of.get(target.name)  # target.name: the GPU's own name
         if read is not None and read.name != target.name:
-            decision = replace(decision, reason=f"{decision.reason} (from the results of the "
-                               f"{read.model}: same compute capability and SM count)")
+            decision = replace(
+                decision,
+                reason=f"{decision.reason} (from the results of the "
+                f"{read.model}: same compute capability and SM count)",
+            )
         return decision
 
     @staticmethod
-    def _first(options: list[Decision], problems: list[str], target: Target,
-               load: Callable[[Config], CompiledKernel | None] | None, *,
-               kernels_only: bool = False) -> Decision:
+    def _first(
+        options: list[Decision],
+        problems: list[str],
+        target: Target,
+        load: Callable[[Config], CompiledKernel | None] | None,
+        *,
+        kernels_only: bool = False,
+    ) -> Decision:
         """The first option that can run on `target`: torch SDPA's (nothing to load; passed
         over with `kernels_only`), or a kernel config the target allows and `load` loads (every
         allowed one when `load` is None); what was passed over, and why, goes in `skipped`."""
@@ -561,8 +682,10 @@ class Dispatcher:
                 return replace(option, skipped=tuple(problems))
             reasons = load_space(option.config.family).violations(option.config, target)
             if reasons:
-                problems.append(f"{option.path} {option.config.family} config cannot run here: "
-                                f"{'; '.join(reasons)}")
+                problems.append(
+                    f"{option.path} {option.config.family} config cannot run here: "
+                    f"{'; '.join(reasons)}"
+                )
                 continue
             if load is None:
                 return replace(option, skipped=tuple(problems))
@@ -571,8 +694,9 @@ class Dispatcher:
                 return replace(option, kernel=kernel, skipped=tuple(problems))
         return Decision(FALLBACK, "; ".join(problems) or "no kernel for this problem")
 
-    def _load(self, config: Config, target: Target, device_index: int,
-              problems: list[str]) -> CompiledKernel | None:
+    def _load(
+        self, config: Config, target: Target, device_index: int, problems: list[str]
+    ) -> CompiledKernel | None:
         """The loaded kernel of a config `_first` found fitting `target` (a ValidConfig: from
         the store or a space's heuristic, so nothing here validates it again)."""
         valid = load_space(config.family).validate(config)  # as it is: no check runs again
@@ -596,11 +720,16 @@ class Dispatcher:
         options, problems = self._candidates(problem, device, target)
         heuristic = default_config(problem.space_values(), target)
         if heuristic is not None:
-            options.append(Decision(HEURISTIC, "built-in default (SDPA cannot serve this call)",
-                                    heuristic))
-        return self._first(options, problems, target,
-                           lambda c: self._load(c, target, device_index, problems),
-                           kernels_only=True)
+            options.append(
+                Decision(HEURISTIC, "built-in default (SDPA cannot serve this call)", heuristic)
+            )
+        return self._first(
+            options,
+            problems,
+            target,
+            lambda c: self._load(c, target, device_index, problems),
+            kernels_only=True,
+        )
 
     def clear(self) -> None:
         with self._lock:

@@ -70,10 +70,12 @@ class _PagedRows:
         import torch
 
         assert block_table is not None
-        page = torch.gather(block_table.view(self.table_shape), self.token_axis,
-                            pos >> self.page_shift)
-        in_page = torch.add(self.head_base, pos & ((1 << self.page_shift) - 1),
-                            alpha=self.slot_rows)
+        page = torch.gather(
+            block_table.view(self.table_shape), self.token_axis, pos >> self.page_shift
+        )
+        in_page = torch.add(
+            self.head_base, pos & ((1 << self.page_shift) - 1), alpha=self.slot_rows
+        )
         return torch.add(in_page, page, alpha=self.page_rows)
 
 
@@ -90,13 +92,20 @@ class AppendPlan:
     rows_view: _RowsView | None
     index: _SequenceRows | _PagedRows | None
 
-    def write(self, k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
-              v_new: torch.Tensor, cache_seqlens: torch.Tensor,
-              block_table: torch.Tensor | None) -> torch.Tensor:
+    def write(
+        self,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        k_new: torch.Tensor,
+        v_new: torch.Tensor,
+        cache_seqlens: torch.Tensor,
+        block_table: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Write the new rows at each sequence's end; the lengths after the append."""
         if self.rows_view is None or self.index is None:
-            _write_by_dimension(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                self.layout)
+            _write_by_dimension(
+                k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, self.layout
+            )
             return cache_seqlens + self.new
         pos = cache_seqlens.view(self.seqlens_shape) + self.steps
         rows = self.index.rows(pos, block_table).view(-1)
@@ -108,8 +117,13 @@ class AppendPlan:
         return cache_seqlens + self.new
 
 
-def plan_append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
-                block_table: torch.Tensor | None, layout: str) -> AppendPlan:
+def plan_append(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor,
+    block_table: torch.Tensor | None,
+    layout: str,
+) -> AppendPlan:
     """The append's plan for these geometries (the arguments already checked)."""
     import torch
 
@@ -120,10 +134,14 @@ def plan_append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tenso
     view = _rows_view(k_cache, v_cache, layout)
     index: _SequenceRows | _PagedRows | None = None
     if view is not None:
-        index = (_sequence_rows(k_cache, token_axis, layout, view) if block_table is None
-                 else _paged_rows(k_cache, block_table, token_axis, layout, view))
-    return AppendPlan(layout, new, (grid[0], 1, 1), steps,
-                      view if index is not None else None, index)
+        index = (
+            _sequence_rows(k_cache, token_axis, layout, view)
+            if block_table is None
+            else _paged_rows(k_cache, block_table, token_axis, layout, view)
+        )
+    return AppendPlan(
+        layout, new, (grid[0], 1, 1), steps, view if index is not None else None, index
+    )
 
 
 def _on_axis(axis: int, n: int, batch: int = 1) -> tuple[int, int, int]:
@@ -158,8 +176,9 @@ def _rows_view(k_cache: torch.Tensor, v_cache: torch.Tensor, layout: str) -> _Ro
     return _RowsView((rows, head_dim), (row, 1))
 
 
-def _sequence_rows(cache: torch.Tensor, token_axis: int, layout: str,
-                   view: _RowsView) -> _SequenceRows:
+def _sequence_rows(
+    cache: torch.Tensor, token_axis: int, layout: str, view: _RowsView
+) -> _SequenceRows:
     import torch
 
     kb = logical_bhld(cache, layout)
@@ -169,13 +188,16 @@ def _sequence_rows(cache: torch.Tensor, token_axis: int, layout: str,
     b = torch.arange(batch).view(batch, 1, 1) * (kb.stride(0) // row)
     h = torch.arange(heads).view(_on_axis(head_axis, heads)) * (kb.stride(1) // row)
     row_at = torch.arange(capacity).view(_on_axis(token_axis, capacity)) * (kb.stride(2) // row)
-    return _SequenceRows(_on_device(b + h, cache.device),
-                         _on_device(row_at, cache.device).expand(
-                             _on_axis(token_axis, capacity, batch)), token_axis)
+    return _SequenceRows(
+        _on_device(b + h, cache.device),
+        _on_device(row_at, cache.device).expand(_on_axis(token_axis, capacity, batch)),
+        token_axis,
+    )
 
 
-def _paged_rows(cache: torch.Tensor, block_table: torch.Tensor, token_axis: int, layout: str,
-                view: _RowsView) -> _PagedRows | None:
+def _paged_rows(
+    cache: torch.Tensor, block_table: torch.Tensor, token_axis: int, layout: str, view: _RowsView
+) -> _PagedRows | None:
     """None where a page id past the pages could still land on a row of the view: the page
     stride must exceed a page's extent (pages outermost, the case of every paged cache
     engines hold) and be a multiple of the row stride."""
@@ -185,19 +207,33 @@ def _paged_rows(cache: torch.Tensor, block_table: torch.Tensor, token_axis: int,
     row = view.stride[0]
     heads, page_size = int(kb.shape[1]), int(kb.shape[2])
     page_stride, head_stride, slot_stride = (int(kb.stride(d)) for d in range(3))
-    if page_stride % row or page_stride <= (heads - 1) * head_stride + (
-            page_size - 1) * slot_stride:
+    if (
+        page_stride % row
+        or page_stride <= (heads - 1) * head_stride + (page_size - 1) * slot_stride
+    ):
         return None
     head_axis = 3 - token_axis
     h = torch.arange(heads).view(_on_axis(head_axis, heads)) * (head_stride // row)
     table_shape = _on_axis(token_axis, int(block_table.shape[1]), int(block_table.shape[0]))
-    return _PagedRows(_on_device(h, cache.device), table_shape, token_axis,
-                      page_size.bit_length() - 1, page_stride // row, slot_stride // row)
+    return _PagedRows(
+        _on_device(h, cache.device),
+        table_shape,
+        token_axis,
+        page_size.bit_length() - 1,
+        page_stride // row,
+        slot_stride // row,
+    )
 
 
-def _write_by_dimension(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
-                        v_new: torch.Tensor, cache_seqlens: torch.Tensor,
-                        block_table: torch.Tensor | None, layout: str) -> None:
+def _write_by_dimension(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor | None,
+    layout: str,
+) -> None:
     """The append for caches no rows view covers: `index_put_` with one index per dimension,
     each bounds-checked by torch."""
     import torch

@@ -72,10 +72,16 @@ _sm_counts: dict[int, int] = {}
 _lock = threading.Lock()
 
 
-def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           k_new: torch.Tensor | None, v_new: torch.Tensor | None,
-           cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
-           layout: str) -> None:
+def _check(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    layout: str,
+) -> None:
     """Raise InputError for inputs no decode kernel can take, naming the argument."""
     import torch
 
@@ -85,38 +91,56 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise InputError(f"{name} must be a 4-D tensor ({layout})")
         if t.device != q.device or t.dtype != q.dtype:
-            raise InputError(f"{name} must share q's device and dtype ({q.device}, {q.dtype}); "
-                             f"got {t.device}, {t.dtype}")
+            raise InputError(
+                f"{name} must share q's device and dtype ({q.device}, {q.dtype}); "
+                f"got {t.device}, {t.dtype}"
+            )
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        raise InputError(f"q has dtype {q.dtype}; attention needs float16, bfloat16, float32 "
-                         "or float64")
+        raise InputError(
+            f"q has dtype {q.dtype}; attention needs float16, bfloat16, float32 or float64"
+        )
     if k_cache.shape != v_cache.shape:
-        raise InputError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} "
-                         f"and {tuple(v_cache.shape)}")
+        raise InputError(
+            f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} "
+            f"and {tuple(v_cache.shape)}"
+        )
     qb, kb = logical_bhld(q, layout), logical_bhld(k_cache, layout)
     batch, heads_q, _, head_dim = qb.shape
     _, heads_kv, rows, kv_dim = kb.shape
     if kv_dim != head_dim or heads_kv < 1 or heads_q % heads_kv:
-        raise InputError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} ({layout}) "
-                         "need one head dim and query heads a multiple of KV heads")
+        raise InputError(
+            f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} ({layout}) "
+            "need one head dim and query heads a multiple of KV heads"
+        )
     for name, index in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
-        if index is not None and (not isinstance(index, torch.Tensor)
-                                  or index.dtype != torch.int32 or index.device != q.device):
+        if index is not None and (
+            not isinstance(index, torch.Tensor)
+            or index.dtype != torch.int32
+            or index.device != q.device
+        ):
             raise InputError(f"{name} must be an int32 tensor on {q.device}")
-    if cache_seqlens is not None and (cache_seqlens.shape != (batch,)
-                                      or cache_seqlens.stride(0) != 1):
-        raise InputError(f"cache_seqlens must be a contiguous [B] = [{batch}] tensor, got "
-                         f"shape {tuple(cache_seqlens.shape)}")
+    if cache_seqlens is not None and (
+        cache_seqlens.shape != (batch,) or cache_seqlens.stride(0) != 1
+    ):
+        raise InputError(
+            f"cache_seqlens must be a contiguous [B] = [{batch}] tensor, got "
+            f"shape {tuple(cache_seqlens.shape)}"
+        )
     if block_table is not None:
         if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.stride(1) != 1:
-            raise InputError(f"block_table must be [B, max_pages] = [{batch}, n] with "
-                             f"contiguous rows, got shape {tuple(block_table.shape)}")
+            raise InputError(
+                f"block_table must be [B, max_pages] = [{batch}, n] with "
+                f"contiguous rows, got shape {tuple(block_table.shape)}"
+            )
         if rows < 1 or rows & (rows - 1) or rows > MAX_PAGE_SIZE:
-            raise InputError(f"page_size (the cache's row dim, {rows}) must be a power of two "
-                             f"up to {MAX_PAGE_SIZE}")
+            raise InputError(
+                f"page_size (the cache's row dim, {rows}) must be a power of two "
+                f"up to {MAX_PAGE_SIZE}"
+            )
     elif kb.shape[0] != batch:
-        raise InputError(f"a contiguous cache has q's batch ({batch}) first, got "
-                         f"{tuple(k_cache.shape)}")
+        raise InputError(
+            f"a contiguous cache has q's batch ({batch}) first, got {tuple(k_cache.shape)}"
+        )
     if (k_new is None) != (v_new is None):
         raise InputError("k_new and v_new come together")
     if k_new is not None and v_new is not None:
@@ -127,13 +151,21 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 raise InputError(f"{name} must be 4-D ({layout}) on q's device and dtype")
             nb = logical_bhld(t, layout)
             if nb.shape[0] != batch or nb.shape[1] != heads_kv or nb.shape[3] != head_dim:
-                raise InputError(f"{name} must be [B, L_new, Hkv, D] ({layout}); got "
-                                 f"{tuple(t.shape)}")
+                raise InputError(
+                    f"{name} must be [B, L_new, Hkv, D] ({layout}); got {tuple(t.shape)}"
+                )
 
 
-def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
-            v_new: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
-            layout: str, plan: AppendPlan | None = None) -> torch.Tensor:
+def _append(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor | None,
+    layout: str,
+    plan: AppendPlan | None = None,
+) -> torch.Tensor:
     """Write the new rows at each sequence's end (device-side indices, no host sync); returns
     the lengths after the append. `plan`: the memo's for this geometry (None: made here, for a
     one-off call). Rows past the cache's capacity fail torch's device-side bounds check rather
@@ -150,8 +182,11 @@ def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
     the cache held dense); None: the decode family's default. The problem's seqlen_k is the
     cache's capacity per sequence."""
     cc = target_for_device(device).cc
-    families = tuple(f for f in SPLIT_KV_FAMILIES
-                     if load_space(f).supports(cc) and load_space(f).reads(problem.kv_cache))
+    families = tuple(
+        f
+        for f in SPLIT_KV_FAMILIES
+        if load_space(f).supports(cc) and load_space(f).reads(problem.kv_cache)
+    )
     chosen = dispatcher().tuned_config(problem, device, families)
     if chosen is None and problem.kv_cache != "dense":
         dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, families)
@@ -168,8 +203,15 @@ def _sm_count(device: int) -> int:
     return _sm_counts[device]
 
 
-def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv: int,
-                   seqlen_q: int, seqlen_k: int) -> int:
+def default_splits(
+    kernel: CompiledKernel,
+    *,
+    batch: int,
+    heads_q: int,
+    heads_kv: int,
+    seqlen_q: int,
+    seqlen_k: int,
+) -> int:
     """The untuned KV split count: enough splits for one wave (a CTA per SM), never more than
     the key tiles of the longest sequence. (The v1 search on the H200 picked about one wave on
     every Lq=1 problem: 16 splits at B=1, 2 at B=8, 1 at B=64, 8 KV heads.)"""
@@ -181,17 +223,18 @@ def default_splits(kernel: CompiledKernel, *, batch: int, heads_q: int, heads_kv
     return max(1, min(wanted, tiles, MAX_SPLITS))
 
 
-def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: bool,
-                  device: int) -> CompiledKernel:
+def decode_kernel(
+    config: Config | None, *, head_dim: int, dtype: str, causal: bool, device: int
+) -> CompiledKernel:
     """The loaded decode kernel of `config` (or the family's default for the problem): from
     the cubin cache or the kernel pack, else compiled on first use. `config` may also be one of
     decode90."""
     if config is not None and config.family not in SPLIT_KV_FAMILIES:
-        raise InputError(f"config {config.to_json()} is not of a decode family "
-                         f"({', '.join(SPLIT_KV_FAMILIES)})")
+        raise InputError(
+            f"config {config.to_json()} is not of a decode family ({', '.join(SPLIT_KV_FAMILIES)})"
+        )
     space = load_space(FAMILY if config is None else config.family)
-    values: dict[str, int | str | bool] = {"head_dim": head_dim, "dtype": dtype,
-                                           "causal": causal}
+    values: dict[str, int | str | bool] = {"head_dim": head_dim, "dtype": dtype, "causal": causal}
     if config is None:
         config = space.heuristic(values)
         if config is None:
@@ -206,25 +249,37 @@ def decode_kernel(config: Config | None, *, head_dim: int, dtype: str, causal: b
         target = target_for_device(device)
         reasons = space.violations(config, target)
         if reasons:
-            raise InputError(f"{space.name_of(config)} cannot run on {target.name}: "
-                             f"{'; '.join(reasons)}")
+            raise InputError(
+                f"{space.name_of(config)} cannot run on {target.name}: {'; '.join(reasons)}"
+            )
         build = obtain(config, target)  # the cubin cache, the kernel pack, else nvcc
         if not build.ok:
-            raise InputError(f"{space.name_of(config)} did not build: {build.status}: "
-                             f"{build.message}")
+            raise InputError(
+                f"{space.name_of(config)} did not build: {build.status}: {build.message}"
+            )
         kernel = CompiledKernel(build, device)
         with _lock:
             kernel = _kernels.setdefault(key, kernel)
     return kernel
 
 
-def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
-                           k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
-                           cache_seqlens: torch.Tensor | None = None,
-                           block_table: torch.Tensor | None = None, causal: bool = False,
-                           scale: float | None = None, return_lse: bool = False,
-                           layout: str = "blhd", num_splits: int | None = None,
-                           config: Config | None = None, strict: bool | None = None) -> Any:
+def attention_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    k_new: torch.Tensor | None = None,
+    v_new: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    layout: str = "blhd",
+    num_splits: int | None = None,
+    config: Config | None = None,
+    strict: bool | None = None,
+) -> Any:
     """softmax(scale * Q K^T [+ causal mask]) V of q (Lq a few tokens) against KV caches.
 
     q: [B, Lq, Hq, D] ("blhd") or [B, Hq, Lq, D] ("bhld"). Causal masking aligns each
@@ -238,13 +293,37 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
     if torch.compiler.is_compiling():
         out, lse = torch.ops.cute_autotune.attention_with_kvcache(
-            q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, causal, scale,
-            return_lse, layout, num_splits, None if config is None else config.to_json())
+            q,
+            k_cache,
+            v_cache,
+            k_new,
+            v_new,
+            cache_seqlens,
+            block_table,
+            causal,
+            scale,
+            return_lse,
+            layout,
+            num_splits,
+            None if config is None else config.to_json(),
+        )
         return (out, lse) if return_lse else out
     out, lse = _eager_with_kvcache(
-        q, k_cache, v_cache, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
-        block_table=block_table, causal=causal, scale=scale, return_lse=return_lse,
-        layout=layout, num_splits=num_splits, config=config, strict=_strict(strict))
+        q,
+        k_cache,
+        v_cache,
+        k_new=k_new,
+        v_new=v_new,
+        cache_seqlens=cache_seqlens,
+        block_table=block_table,
+        causal=causal,
+        scale=scale,
+        return_lse=return_lse,
+        layout=layout,
+        num_splits=num_splits,
+        config=config,
+        strict=_strict(strict),
+    )
     return (out, lse) if return_lse else out
 
 
@@ -253,31 +332,65 @@ def _geometry(t: torch.Tensor | None) -> tuple[Any, ...] | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
-def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
-                        k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
-                        cache_seqlens: torch.Tensor | None = None,
-                        block_table: torch.Tensor | None = None, causal: bool = False,
-                        scale: float | None = None, return_lse: bool = False,
-                        layout: str = "blhd", num_splits: int | None = None,
-                        config: Config | None = None, strict: bool = False
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _eager_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    k_new: torch.Tensor | None = None,
+    v_new: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    layout: str = "blhd",
+    num_splits: int | None = None,
+    config: Config | None = None,
+    strict: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     import torch
 
     try:
-        key = (_geometry(q), _geometry(k_cache), _geometry(v_cache), _geometry(k_new),
-               _geometry(v_new), _geometry(cache_seqlens), _geometry(block_table), causal,
-               scale, layout, num_splits, config, generation())
+        key = (
+            _geometry(q),
+            _geometry(k_cache),
+            _geometry(v_cache),
+            _geometry(k_new),
+            _geometry(v_new),
+            _geometry(cache_seqlens),
+            _geometry(block_table),
+            causal,
+            scale,
+            layout,
+            num_splits,
+            config,
+            generation(),
+        )
         prepared = _prepared.get(key)
     except (AttributeError, TypeError):  # not tensors: _check below says which
         key, prepared = None, None
     # A hit stands for arguments checked when it was made (the key pins every shape, stride,
     # dtype and device); only what the key does not pin is checked again.
-    if prepared is not None and (causal is True or causal is False) \
-            and (return_lse is True or return_lse is False) \
-            and (num_splits is None or type(num_splits) is int) \
-            and not (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) % ALIGN_BYTES:
-        return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens,
-                       block_table, return_lse, layout)
+    if (
+        prepared is not None
+        and (causal is True or causal is False)
+        and (return_lse is True or return_lse is False)
+        and (num_splits is None or type(num_splits) is int)
+        and not (q.data_ptr() | k_cache.data_ptr() | v_cache.data_ptr()) % ALIGN_BYTES
+    ):
+        return _attend(
+            prepared,
+            q,
+            k_cache,
+            v_cache,
+            k_new,
+            v_new,
+            cache_seqlens,
+            block_table,
+            return_lse,
+            layout,
+        )
     _check(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
     if not isinstance(causal, bool):
         raise InputError(f"causal must be a bool, got {shown(causal)}")
@@ -285,62 +398,118 @@ def _eager_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         raise InputError(f"scale must be a finite number > 0, got {shown(scale)}")
     if not isinstance(return_lse, bool):
         raise InputError(f"return_lse must be a bool, got {shown(return_lse)}")
-    if num_splits is not None and (type(num_splits) is not int
-                                   or not 1 <= num_splits <= MAX_LAUNCH_SPLITS):
-        raise InputError(f"num_splits must be an int from 1 to {MAX_LAUNCH_SPLITS} (None: "
-                         f"the tuned or default count), got {shown(num_splits)}")
+    if num_splits is not None and (
+        type(num_splits) is not int or not 1 <= num_splits <= MAX_LAUNCH_SPLITS
+    ):
+        raise InputError(
+            f"num_splits must be an int from 1 to {MAX_LAUNCH_SPLITS} (None: "
+            f"the tuned or default count), got {shown(num_splits)}"
+        )
     scale = None if scale is None else float(scale)
     if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
-        reason = (f"tensors are on {q.device}" if q.device.type != "cuda"
-                  else f"dtype {q.dtype} (the kernels take fp16 and bf16)")
-        return _through_torch(q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                              causal=causal, scale=scale, return_lse=return_lse, layout=layout,
-                              reason=reason, strict=strict)
+        reason = (
+            f"tensors are on {q.device}"
+            if q.device.type != "cuda"
+            else f"dtype {q.dtype} (the kernels take fp16 and bf16)"
+        )
+        return _through_torch(
+            q,
+            k_cache,
+            v_cache,
+            k_new,
+            v_new,
+            cache_seqlens,
+            block_table,
+            causal=causal,
+            scale=scale,
+            return_lse=return_lse,
+            layout=layout,
+            reason=reason,
+            strict=strict,
+        )
     qb = logical_bhld(q, layout)
     batch, heads_q, seqlen_q, head_dim = (int(x) for x in qb.shape)
     kb = logical_bhld(k_cache, layout)
     heads_kv = int(kb.shape[1])
-    seqlen_k = (int(block_table.shape[1]) * int(kb.shape[2]) if block_table is not None
-                else int(kb.shape[2]))
+    seqlen_k = (
+        int(block_table.shape[1]) * int(kb.shape[2])
+        if block_table is not None
+        else int(kb.shape[2])
+    )
     # The cache's shape, how it is held and the batch (never the lengths: reading them would
     # synchronise)
-    kind = (f"paged{int(kb.shape[2])}" if block_table is not None
-            else "seqlens" if cache_seqlens is not None else "dense")
-    problem = Problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
-                      dtype_name(q.dtype), causal, kind)
+    kind = (
+        f"paged{int(kb.shape[2])}"
+        if block_table is not None
+        else "seqlens"
+        if cache_seqlens is not None
+        else "dense"
+    )
+    problem = Problem(
+        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype_name(q.dtype), causal, kind
+    )
     kernel, splits = _resolve(problem, q.device.index or 0, config)
-    launch = kernel.prepare_kvcache(q, k_cache, v_cache, block_table=block_table, scale=scale,
-                                    layout=layout,
-                                    num_splits=splits if num_splits is None else num_splits)
-    append = (plan_append(k_cache, v_cache, k_new, block_table, layout)
-              if k_new is not None else None)
+    launch = kernel.prepare_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        block_table=block_table,
+        scale=scale,
+        layout=layout,
+        num_splits=splits if num_splits is None else num_splits,
+    )
+    append = (
+        plan_append(k_cache, v_cache, k_new, block_table, layout) if k_new is not None else None
+    )
     prepared = _Prepared(launch, append)
     if key is not None:
         _prepared[key] = prepared
-    return _attend(prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                   return_lse, layout)
+    return _attend(
+        prepared, q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, return_lse, layout
+    )
 
 
-def _attend(prepared: _Prepared, q: torch.Tensor, k_cache: torch.Tensor,
-            v_cache: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
-            cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
-            return_lse: bool, layout: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _attend(
+    prepared: _Prepared,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    return_lse: bool,
+    layout: str,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The append, if any, then the prepared launch (arguments already checked)."""
     if k_new is not None and v_new is not None and cache_seqlens is not None:
-        cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                layout, prepared.append)
-    return prepared.launch.run(q, k_cache, v_cache, return_lse=return_lse,
-                               seqlens=cache_seqlens, block_table=block_table)
+        cache_seqlens = _append(
+            k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout, prepared.append
+        )
+    return prepared.launch.run(
+        q, k_cache, v_cache, return_lse=return_lse, seqlens=cache_seqlens, block_table=block_table
+    )
 
 
 _warned: set[str] = set()
 
 
-def _through_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   k_new: torch.Tensor | None, v_new: torch.Tensor | None,
-                   cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None, *,
-                   causal: bool, scale: float | None, return_lse: bool, layout: str,
-                   reason: str, strict: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _through_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    *,
+    causal: bool,
+    scale: float | None,
+    return_lse: bool,
+    layout: str,
+    reason: str,
+    strict: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The call computed by torch in fp32 (inputs checked): the append, then every sequence
     against its own keys at once, masked by its length (read on the device, never the host)."""
     import warnings
@@ -348,25 +517,31 @@ def _through_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     import torch
 
     if strict:
-        raise Unsupported(f"cute-autotune cannot run this attention_with_kvcache: {reason} "
-                          "(strict mode)")
+        raise Unsupported(
+            f"cute-autotune cannot run this attention_with_kvcache: {reason} (strict mode)"
+        )
     key = reason.split(" ")[0]
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(f"cute-autotune: attention_with_kvcache computed by torch: {reason}",
-                      stacklevel=4)
+        warnings.warn(
+            f"cute-autotune: attention_with_kvcache computed by torch: {reason}", stacklevel=4
+        )
     if k_new is not None and v_new is not None and cache_seqlens is not None:
-        cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table,
-                                layout)
+        cache_seqlens = _append(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, layout)
     qb, kb, vb = (logical_bhld(t, layout) for t in (q, k_cache, v_cache))
     batch, heads_q, seqlen_q, head_dim = qb.shape
     heads_kv = kb.shape[1]
     if block_table is not None:  # [pages, Hkv, page, D] -> each sequence's [Hkv, rows, D]
-        kb, vb = (t[block_table.long()].permute(0, 2, 1, 3, 4).reshape(
-            batch, heads_kv, -1, head_dim) for t in (kb, vb))
+        kb, vb = (
+            t[block_table.long()].permute(0, 2, 1, 3, 4).reshape(batch, heads_kv, -1, head_dim)
+            for t in (kb, vb)
+        )
     rows = kb.shape[2]
-    lengths = (torch.full((batch,), rows, device=q.device) if cache_seqlens is None
-               else cache_seqlens.long().clamp(0, rows)).view(batch, 1, 1, 1, 1)
+    lengths = (
+        torch.full((batch,), rows, device=q.device)
+        if cache_seqlens is None
+        else cache_seqlens.long().clamp(0, rows)
+    ).view(batch, 1, 1, 1, 1)
     group = heads_q // heads_kv
     qf = qb.float().reshape(batch, heads_kv, group, seqlen_q, head_dim)
     # rows past a sequence's length hold anything (NaN included): zeroed, as 0 x NaN is NaN
@@ -382,14 +557,16 @@ def _through_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     scores = scores.masked_fill(hidden, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     weights = torch.nan_to_num(torch.exp(scores - lse[..., None]), nan=0.0)
-    out = torch.einsum("bhgqk,bhkd->bhgqd", weights, vf).reshape(
-        batch, heads_q, seqlen_q, head_dim).to(q.dtype)
+    out = (
+        torch.einsum("bhgqk,bhkd->bhgqd", weights, vf)
+        .reshape(batch, heads_q, seqlen_q, head_dim)
+        .to(q.dtype)
+    )
     out = out if layout == "bhld" else out.transpose(1, 2)
     return out, lse.reshape(batch, heads_q, seqlen_q) if return_lse else None
 
 
-def _resolve(problem: Problem, device: int, config: Config | None
-             ) -> tuple[CompiledKernel, int]:
+def _resolve(problem: Problem, device: int, config: Config | None) -> tuple[CompiledKernel, int]:
     """The kernel for a KV-cache problem and the split count of a call that gives none: the
     config given (its own count), else the tuned one (`decode_choice`, its own count), else the
     family's default (the untuned rule). Made once per (problem, device, config) and
@@ -402,11 +579,25 @@ def _resolve(problem: Problem, device: int, config: Config | None
     if config is None:
         tuned = decode_choice(problem, device)
         config = tuned[0] if tuned is not None else None
-    kernel = decode_kernel(config, head_dim=problem.head_dim, dtype=problem.dtype,
-                           causal=problem.causal, device=device)
-    splits = kernel.num_splits if config is not None else default_splits(
-        kernel, batch=problem.batch, heads_q=problem.heads_q, heads_kv=problem.heads_kv,
-        seqlen_q=problem.seqlen_q, seqlen_k=problem.seqlen_k)
+    kernel = decode_kernel(
+        config,
+        head_dim=problem.head_dim,
+        dtype=problem.dtype,
+        causal=problem.causal,
+        device=device,
+    )
+    splits = (
+        kernel.num_splits
+        if config is not None
+        else default_splits(
+            kernel,
+            batch=problem.batch,
+            heads_q=problem.heads_q,
+            heads_kv=problem.heads_kv,
+            seqlen_q=problem.seqlen_q,
+            seqlen_k=problem.seqlen_k,
+        )
+    )
     with _lock:
         return _resolved.setdefault(key, (kernel, splits))
 

@@ -63,8 +63,10 @@ class Miss:
         self.last_seen = self.first_seen
 
     def __repr__(self) -> str:
-        return (f"Miss({self.device.name!r}, {self.problem.describe()!r}, {self.path!r}, "
-                f"calls={self.calls}, written={self.written})")
+        return (
+            f"Miss({self.device.name!r}, {self.problem.describe()!r}, {self.path!r}, "
+            f"calls={self.calls}, written={self.written})"
+        )
 
 
 class MissRecorder:
@@ -125,15 +127,19 @@ class MissRecorder:
                     todo.append((m, calls))
             if not todo:
                 return 0
-            entries = [(m.device, m.problem, m.path, calls - m.written, m.first_seen, now)
-                       for m, calls in todo]
+            entries = [
+                (m.device, m.problem, m.path, calls - m.written, m.first_seen, now)
+                for m, calls in todo
+            ]
             try:
                 touched = self._store().add_misses(entries)
             except (StoreError, SQLAlchemyError, OSError) as exc:
                 if not self._warned:
                     self._warned = True
-                    log.warning("cute-autotune: runtime misses not recorded (kept for the next "
-                                "try): %s", exc)
+                    log.warning(
+                        "cute-autotune: runtime misses not recorded (kept for the next try): %s",
+                        exc,
+                    )
                 return 0
             for m, calls in todo:
                 m.written = calls
@@ -156,8 +162,9 @@ class MissRecorder:
 
     def _start(self) -> None:  # under self._lock
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(self._stop,),
-                                        name="cute-autotune-misses", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop,), name="cute-autotune-misses", daemon=True
+        )
         self._thread.start()
         if not self._at_exit_registered:
             atexit.register(self._at_exit)

@@ -67,10 +67,14 @@ def _plain_causal(kwargs: dict[str, Any]) -> bool:
 
     q_length, kv_length = kwargs.get("q_length"), kwargs.get("kv_length")
     q_offset, kv_offset = kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)
-    return (kwargs.get("mask_function") is causal_mask_function
-            and kwargs.get("attention_mask") is None and kwargs.get("local_size") is None
-            and all(type(x) is int for x in (q_length, kv_length, q_offset, kv_offset))
-            and kv_offset == 0 and kv_length == q_offset + q_length)
+    return (
+        kwargs.get("mask_function") is causal_mask_function
+        and kwargs.get("attention_mask") is None
+        and kwargs.get("local_size") is None
+        and all(type(x) is int for x in (q_length, kv_length, q_offset, kv_offset))
+        and kv_offset == 0
+        and kv_length == q_offset + q_length
+    )
 
 
 def mask_function(*args: Any, **kwargs: Any) -> Any:
@@ -90,8 +94,9 @@ def mask_function(*args: Any, **kwargs: Any) -> Any:
     return sdpa_mask(*args, **kwargs)
 
 
-def _route(module: Any, query: Any, key: Any, attention_mask: Any,
-           kwargs: dict[str, Any]) -> tuple[bool | None, str]:
+def _route(
+    module: Any, query: Any, key: Any, attention_mask: Any, kwargs: dict[str, Any]
+) -> tuple[bool | None, str]:
     """(causal, "") for a call `attention` computes, (None, why not) for one it does not."""
     for name in _UNSERVED:
         value = kwargs.get(name)
@@ -106,20 +111,29 @@ def _route(module: Any, query: Any, key: Any, attention_mask: Any,
     if is_bottom_right(attention_mask):
         return True, ""
     if attention_mask is not None:
-        return None, ("an explicit attention mask (padding, a static cache or a pattern); "
-                      "the kernels take none yet")
+        return None, (
+            "an explicit attention mask (padding, a static cache or a pattern); "
+            "the kernels take none yet"
+        )
     # No mask: transformers' SDPA reading, torch's is_causal (aligned top-left) when Lq > 1.
     lq, lk = query.shape[2], key.shape[2]
     flag = kwargs.get("is_causal")
     causal = lq > 1 and bool(getattr(module, "is_causal", True) if flag is None else flag)
     if causal and lq != lk:
-        return None, ("causal attention aligned top-left with Lq != Lk (the kernels' is "
-                      "bottom-right)")
+        return None, (
+            "causal attention aligned top-left with Lq != Lk (the kernels' is bottom-right)"
+        )
     return causal, ""
 
 
-def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: Any, **kwargs: Any) -> tuple[Any, None]:
+def attention_forward(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    **kwargs: Any,
+) -> tuple[Any, None]:
     """transformers' attention-function signature: query [B, Hq, Lq, D], key and value
     [B, Hkv, Lk, D]; returns (attn_output [B, Lq, Hq, D], None)."""
     causal, reason = _route(module, query, key, attention_mask, kwargs)
@@ -138,8 +152,15 @@ def _attention() -> Any:
     return attention
 
 
-def _transformers_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
-                       reason: str, kwargs: dict[str, Any]) -> tuple[Any, None]:
+def _transformers_sdpa(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    reason: str,
+    kwargs: dict[str, Any],
+) -> tuple[Any, None]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if reason not in _logged:
@@ -150,7 +171,8 @@ def _transformers_sdpa(module: Any, query: Any, key: Any, value: Any, attention_
 
         lq, lk = query.shape[2], key.shape[2]
         attention_mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(
-            diagonal=lk - lq)
+            diagonal=lk - lq
+        )
     out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     return out, weights
 

@@ -56,8 +56,9 @@ class StoreBase:
     """The engine, its sessions and the get-or-create helpers every part of the store uses; a
     row read back as the TrialResult it recorded."""
 
-    def __init__(self, url: str | None = None, engine: Engine | None = None, *,
-                 create: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, engine: Engine | None = None, *, create: bool = True
+    ) -> None:
         # The schema is checked here, once per engine; the lookups and writes never check it.
         if engine is not None:
             self.engine = engine
@@ -70,8 +71,9 @@ class StoreBase:
         event.listen(self._sessions, "before_flush", check_column_bounds)
         # Lookups only read: on SQLite they begin a plain (deferred) transaction, so a reader
         # (dispatch, `best`) never waits for a writer's lock, nor holds one (store.schema).
-        self._read_sessions = sessionmaker(self.engine.execution_options(**READ_ONLY),
-                                           expire_on_commit=False)
+        self._read_sessions = sessionmaker(
+            self.engine.execution_options(**READ_ONLY), expire_on_commit=False
+        )
 
     @contextmanager
     def _transaction(self, *, reads_only: bool = False) -> Iterator[Session]:
@@ -98,8 +100,12 @@ class StoreBase:
 
     @staticmethod
     def _config(s: Session, config: Config) -> KernelConfig:
-        return _get_or_create(s, KernelConfig, {"digest": config.digest},
-                              {"family": config.family, "config_json": config.to_json()})
+        return _get_or_create(
+            s,
+            KernelConfig,
+            {"digest": config.digest},
+            {"family": config.family, "config_json": config.to_json()},
+        )
 
     @staticmethod
     def _build(s: Session, config_row: KernelConfig, build: BuildResult) -> Build | None:
@@ -111,24 +117,37 @@ class StoreBase:
         record = build.record or {}
         toolchain = record.get("toolchain", {})
         digest = record.get(DIGEST)  # the SHA-256 the cache verified the cubin against
-        _insert_unless_present(s, Build, dict(
-            config_id=config_row.id, artifact_key=build.key, arch=build.arch,
-            nvcc_version=toolchain.get("nvcc", ""), cutlass_version=toolchain.get("cutlass", ""),
-            kernel_source_hash=toolchain.get("kernel_source", ""), status=build.status,
-            message=build.message,
-            registers=build.ptxas.registers if build.ptxas else None,
-            spill_store_bytes=build.ptxas.spill_store_bytes if build.ptxas else None,
-            spill_load_bytes=build.ptxas.spill_load_bytes if build.ptxas else None,
-            stack_frame_bytes=build.ptxas.stack_frame_bytes if build.ptxas else None,
-            smem_bytes=build.launch_info.smem_bytes if build.launch_info else None,
-            threads=build.launch_info.threads if build.launch_info else None,
-            compile_seconds=build.seconds, artifact_digest=digest))
+        _insert_unless_present(
+            s,
+            Build,
+            dict(
+                config_id=config_row.id,
+                artifact_key=build.key,
+                arch=build.arch,
+                nvcc_version=toolchain.get("nvcc", ""),
+                cutlass_version=toolchain.get("cutlass", ""),
+                kernel_source_hash=toolchain.get("kernel_source", ""),
+                status=build.status,
+                message=build.message,
+                registers=build.ptxas.registers if build.ptxas else None,
+                spill_store_bytes=build.ptxas.spill_store_bytes if build.ptxas else None,
+                spill_load_bytes=build.ptxas.spill_load_bytes if build.ptxas else None,
+                stack_frame_bytes=build.ptxas.stack_frame_bytes if build.ptxas else None,
+                smem_bytes=build.launch_info.smem_bytes if build.launch_info else None,
+                threads=build.launch_info.threads if build.launch_info else None,
+                compile_seconds=build.seconds,
+                artifact_digest=digest,
+            ),
+        )
         return s.scalars(select(Build).filter_by(artifact_key=build.key)).one()
 
     @staticmethod
     def _problem_ids(s: Session, wanted: set[Problem]) -> dict[Problem, int]:
-        known = {problem: row for row in s.scalars(select(ProblemRow))
-                 if (problem := _problem_or_none(row)) is not None}
+        known = {
+            problem: row
+            for row in s.scalars(select(ProblemRow))
+            if (problem := _problem_or_none(row)) is not None
+        }
         new = {p: ProblemRow(**p.as_dict()) for p in wanted if p not in known}
         s.add_all(new.values())
         s.flush()
@@ -137,10 +156,14 @@ class StoreBase:
     @staticmethod
     def _config_ids(s: Session, wanted: set[Config]) -> dict[Config, int]:
         by_digest = {c.digest: c for c in wanted}
-        known = {row.digest: row for row in s.scalars(select(KernelConfig))
-                 if row.digest in by_digest}
-        new = {d: KernelConfig(digest=d, family=c.family, config_json=c.to_json())
-               for d, c in by_digest.items() if d not in known}
+        known = {
+            row.digest: row for row in s.scalars(select(KernelConfig)) if row.digest in by_digest
+        }
+        new = {
+            d: KernelConfig(digest=d, family=c.family, config_json=c.to_json())
+            for d, c in by_digest.items()
+            if d not in known
+        }
         s.add_all(new.values())
         s.flush()
         return {c: (known.get(c.digest) or new[c.digest]).id for c in wanted}
@@ -150,10 +173,14 @@ class StoreBase:
         """The query of every measurement of `problem` on this GPU model (name, compute
         capability, SM count: driver and CUDA versions may differ), oldest first. Reads only:
         a problem the database does not hold matches nothing."""
-        return (select(Measurement).join(Device).join(ProblemRow)
-                .options(joinedload(Measurement.config))
-                .where(*same_gpu(device), *_is_problem(problem))
-                .order_by(Measurement.id))
+        return (
+            select(Measurement)
+            .join(Device)
+            .join(ProblemRow)
+            .options(joinedload(Measurement.config))
+            .where(*same_gpu(device), *_is_problem(problem))
+            .order_by(Measurement.id)
+        )
 
     @staticmethod
     def _timing_of(row: Measurement) -> TrialResult:
@@ -163,15 +190,31 @@ class StoreBase:
         try:
             status = Status(row.status)
         except ValueError:
-            raise BrokenRow(f"stored measurement #{row.id} has no valid status: "
-                            f"{row.status!r}") from None
+            raise BrokenRow(
+                f"stored measurement #{row.id} has no valid status: {row.status!r}"
+            ) from None
         for name in ("median_us", "p20_us", "p80_us"):
             value = getattr(row, name)
-            if status == Status.OK and name == "median_us" and value is None or (
-                    value is not None and not positive(value)):
-                raise BrokenRow(f"stored measurement #{row.id} has no valid {name}: "
-                                f"{shown(value)}")
-        return TrialResult(_config_of(referenced(row, "config")), status, row.reason,
-                           row.median_us,
-                           row.p20_us, row.p80_us, row.rounds, row.rel_err, row.max_abs_err,
-                           build_key, reused=True, env=_env_of(row))
+            if (
+                status == Status.OK
+                and name == "median_us"
+                and value is None
+                or (value is not None and not positive(value))
+            ):
+                raise BrokenRow(
+                    f"stored measurement #{row.id} has no valid {name}: {shown(value)}"
+                )
+        return TrialResult(
+            _config_of(referenced(row, "config")),
+            status,
+            row.reason,
+            row.median_us,
+            row.p20_us,
+            row.p80_us,
+            row.rounds,
+            row.rel_err,
+            row.max_abs_err,
+            build_key,
+            reused=True,
+            env=_env_of(row),
+        )

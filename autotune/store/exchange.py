@@ -51,12 +51,18 @@ class ImportEntry:
     @property
     def key(self) -> tuple[str, int, int, Problem]:
         """What a best config is stored per: GPU model and problem."""
-        return (self.device.name, self.device.compute_capability, self.device.sm_count,
-                self.problem)
+        return (
+            self.device.name,
+            self.device.compute_capability,
+            self.device.sm_count,
+            self.problem,
+        )
 
     def same_result(self, other: ImportEntry) -> bool:
         return (self.result.config, self.result.median_us) == (
-            other.result.config, other.result.median_us)
+            other.result.config,
+            other.result.median_us,
+        )
 
 
 def _length(column: Any) -> int:
@@ -69,35 +75,50 @@ def _text(data: dict[str, Any], name: str, limit: int, *, default: str | None = 
         got = f"{len(value)} characters" if isinstance(value, str) else shown(value)
         raise BrokenRow(f"{name} must be a string of at most {limit} characters, got {got}")
     if not value.isprintable():  # it is printed: `list`, `best`, `report`
-        raise BrokenRow(f"{name} must be printable text (no control characters, newlines or "
-                        f"invisible format characters), got {shown(value)}")
+        raise BrokenRow(
+            f"{name} must be printable text (no control characters, newlines or "
+            f"invisible format characters), got {shown(value)}"
+        )
     return value
 
 
-def _integer(data: dict[str, Any], name: str, low: int, high: int, *,
-             default: int | None = None) -> int:
+def _integer(
+    data: dict[str, Any], name: str, low: int, high: int, *, default: int | None = None
+) -> int:
     value = data.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BrokenRow(f"{name} must be an integer from {low} to {high}, got {shown(value)}")
     return value
 
 
-def _median(data: dict[str, Any], name: str, problem: Problem, device: DeviceInfo, *,
-            optional: bool = False) -> float | None:
+def _median(
+    data: dict[str, Any],
+    name: str,
+    problem: Problem,
+    device: DeviceInfo,
+    *,
+    optional: bool = False,
+) -> float | None:
     value = data.get(name)
     if value is None and optional:
         return None
     # compared as they are: an integer no float holds (10^400) is out of range, not an
     # OverflowError, and NaN fails every comparison
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            MIN_MEDIAN_US <= value <= MAX_MEDIAN_US):
-        raise BrokenRow(f"{name} must be a time from {MIN_MEDIAN_US} us to an hour, "
-                        f"got {shown(value)}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (MIN_MEDIAN_US <= value <= MAX_MEDIAN_US)
+    ):
+        raise BrokenRow(
+            f"{name} must be a time from {MIN_MEDIAN_US} us to an hour, got {shown(value)}"
+        )
     flops = problem.tflops(value) * 1e12
     peak = tensor_peak_flops(device.compute_capability, device.sm_count)
     if flops > 2 * peak:
-        raise BrokenRow(f"{name} = {value} us would be {flops / 1e12:,.0f} TFLOP/s, more than "
-                        f"twice the tensor-core peak of {device.name} ({peak / 1e12:,.0f})")
+        raise BrokenRow(
+            f"{name} = {value} us would be {flops / 1e12:,.0f} TFLOP/s, more than "
+            f"twice the tensor-core peak of {device.name} ({peak / 1e12:,.0f})"
+        )
     return float(value)
 
 
@@ -109,10 +130,13 @@ def parse_device(data: Any) -> DeviceInfo:
     name = _text(data, "name", _length(Device.name))
     if not name:
         raise BrokenRow("the device has no name")
-    return DeviceInfo(name, _integer(data, "compute_capability", MIN_CC, MAX_CC),
-                      _integer(data, "sm_count", 1, MAX_SIZE),
-                      _text(data, "driver_version", _length(Device.driver_version)),
-                      _text(data, "cuda_version", _length(Device.cuda_version)))
+    return DeviceInfo(
+        name,
+        _integer(data, "compute_capability", MIN_CC, MAX_CC),
+        _integer(data, "sm_count", 1, MAX_SIZE),
+        _text(data, "driver_version", _length(Device.driver_version)),
+        _text(data, "cuda_version", _length(Device.cuda_version)),
+    )
 
 
 def _violations_on(config: Config, device: DeviceInfo) -> list[str]:
@@ -140,25 +164,35 @@ def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEn
     if reasons is None:  # many entries share a config: its constraints are evaluated once
         reasons = checked[(config, device.compute_capability)] = _violations_on(config, device)
     if reasons:
-        raise BrokenRow(f"{config.family} config cannot run on {device.name} "
-                        f"(sm_{device.compute_capability}): {'; '.join(reasons)}")
+        raise BrokenRow(
+            f"{config.family} config cannot run on {device.name} "
+            f"(sm_{device.compute_capability}): {'; '.join(reasons)}"
+        )
     median = _median(entry, "median_us", problem, device)
     env = Environment(
         regime=_optional_text(entry, "regime", _length(BestConfig.regime)),
         torch_version=_optional_text(entry, "torch_version", _length(BestConfig.torch_version)),
-        cudnn_version=_optional_text(entry, "cudnn_version", _length(BestConfig.cudnn_version)))
-    result = TrialResult(config, Status.OK, median_us=median,
-                         p20_us=_median(entry, "p20_us", problem, device, optional=True),
-                         p80_us=_median(entry, "p80_us", problem, device, optional=True),
-                         env=env if any(env.as_dict().values()) else None)
+        cudnn_version=_optional_text(entry, "cudnn_version", _length(BestConfig.cudnn_version)),
+    )
+    result = TrialResult(
+        config,
+        Status.OK,
+        median_us=median,
+        p20_us=_median(entry, "p20_us", problem, device, optional=True),
+        p80_us=_median(entry, "p80_us", problem, device, optional=True),
+        env=env if any(env.as_dict().values()) else None,
+    )
     return ImportEntry(
-        device, problem, result,
+        device,
+        problem,
+        result,
         _median(entry, "sdpa_default_us", problem, device, optional=True),
         _median(entry, "sdpa_flash_us", problem, device, optional=True),
         _integer(entry, "trials", 0, MAX_SIZE, default=0),
         _text(entry, "study", _length(BestConfig.study), default="imported"),
         _optional_text(entry, "decision", 2000) or None,
-        _median(entry, "runner_up_us", problem, device, optional=True))
+        _median(entry, "runner_up_us", problem, device, optional=True),
+    )
 
 
 def _optional_text(data: dict[str, Any], name: str, limit: int) -> str:
@@ -190,8 +224,10 @@ def parse_export(data: Any) -> list[ImportEntry]:
             continue
         earlier = first.setdefault(entry.key, (i, entry))
         if earlier[0] != i and not entry.same_result(earlier[1]):
-            errors.append(f"entry #{i} repeats the GPU and problem of entry #{earlier[0]} "
-                          "with another result")
+            errors.append(
+                f"entry #{i} repeats the GPU and problem of entry #{earlier[0]} "
+                "with another result"
+            )
         parsed.append(entry)
     if errors:
         more = len(errors) - MAX_LISTED

@@ -23,22 +23,38 @@ class ImportRows(BestRows):
 
     def export(self, device: DeviceInfo | str | None = None) -> dict[str, Any]:
         return {
-            "format": EXPORT_FORMAT, "version": EXPORT_VERSION, "schema": head_revision(),
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "schema": head_revision(),
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "results": [{
-                "device": r.device.as_dict(), "problem": r.problem.as_dict(),
-                "family": r.config.family, "config": r.config.as_dict(),
-                "median_us": r.median_us, "tflops": r.tflops,
-                "sdpa_default_us": r.sdpa_default_us, "sdpa_flash_us": r.sdpa_flash_us,
-                "trials": r.trials, "study": r.study, "source": r.source,
-                "p20_us": r.p20_us, "p80_us": r.p80_us, "decision": r.decision,
-                "runner_up_us": r.runner_up_us, "torch_version": r.torch_version,
-                "cudnn_version": r.cudnn_version, "regime": r.regime,
-            } for r in self.list_best(device)],
+            "results": [
+                {
+                    "device": r.device.as_dict(),
+                    "problem": r.problem.as_dict(),
+                    "family": r.config.family,
+                    "config": r.config.as_dict(),
+                    "median_us": r.median_us,
+                    "tflops": r.tflops,
+                    "sdpa_default_us": r.sdpa_default_us,
+                    "sdpa_flash_us": r.sdpa_flash_us,
+                    "trials": r.trials,
+                    "study": r.study,
+                    "source": r.source,
+                    "p20_us": r.p20_us,
+                    "p80_us": r.p80_us,
+                    "decision": r.decision,
+                    "runner_up_us": r.runner_up_us,
+                    "torch_version": r.torch_version,
+                    "cudnn_version": r.cudnn_version,
+                    "regime": r.regime,
+                }
+                for r in self.list_best(device)
+            ],
         }
 
-    def import_results(self, data: Any, *, overwrite: bool = False,
-                       refresh_imported: bool = False) -> dict[str, int]:
+    def import_results(
+        self, data: Any, *, overwrite: bool = False, refresh_imported: bool = False
+    ) -> dict[str, int]:
         """Import an export in one transaction: every entry is validated first, and a bad
         entry (or a failure while writing) imports nothing.
 
@@ -51,8 +67,10 @@ class ImportRows(BestRows):
         counts = {"imported": 0, "kept_existing": 0, "duplicates": 0}
         with self._transaction() as s, s.no_autoflush:
             rows = self._best_rows(s, None)
-            stored = {(r.device.name, r.device.compute_capability, r.device.sm_count,
-                       r.problem): r for r in self._records_of(rows)}
+            stored = {
+                (r.device.name, r.device.compute_capability, r.device.sm_count, r.problem): r
+                for r in self._records_of(rows)
+            }
             chosen: dict[Any, ImportEntry] = {}
             for entry in entries:
                 if entry.key in chosen:
@@ -70,19 +88,33 @@ class ImportRows(BestRows):
             for entry in chosen.values():
                 ids = (devices[entry.device], problems[entry.problem])
                 self._put_best(
-                    s, *ids, configs[entry.result.config], entry.problem, entry.result,
-                    measurement_id=None, study=entry.study, trials=entry.trials,
-                    sdpa_default_us=entry.sdpa_default_us, sdpa_flash_us=entry.sdpa_flash_us,
-                    source="imported", decision=entry.decision,
+                    s,
+                    *ids,
+                    configs[entry.result.config],
+                    entry.problem,
+                    entry.result,
+                    measurement_id=None,
+                    study=entry.study,
+                    trials=entry.trials,
+                    sdpa_default_us=entry.sdpa_default_us,
+                    sdpa_flash_us=entry.sdpa_flash_us,
+                    source="imported",
+                    decision=entry.decision,
                     runner_up_us=entry.runner_up_us,
-                    row=existing.get(ids) or BestConfig(device_id=ids[0], problem_id=ids[1]))
+                    row=existing.get(ids) or BestConfig(device_id=ids[0], problem_id=ids[1]),
+                )
                 counts["imported"] += 1
         return counts
 
     @staticmethod
-    def _replaces(existing: BestRecord | None, entry: ImportEntry, overwrite: bool,
-                  refresh_imported: bool) -> bool:
+    def _replaces(
+        existing: BestRecord | None, entry: ImportEntry, overwrite: bool, refresh_imported: bool
+    ) -> bool:
         if existing is None or overwrite:
             return True
-        return refresh_imported and existing.source == "imported" and (
-            existing.config, existing.median_us) != (entry.result.config, entry.result.median_us)
+        return (
+            refresh_imported
+            and existing.source == "imported"
+            and (existing.config, existing.median_us)
+            != (entry.result.config, entry.result.median_us)
+        )

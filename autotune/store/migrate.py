@@ -79,8 +79,7 @@ def current_revision(bind: Engine | Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
     def read(connection: Connection) -> str | None:
-        context = MigrationContext.configure(connection,
-                                             opts={"version_table": VERSION_TABLE})
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
 
     if isinstance(bind, Connection):
@@ -103,8 +102,7 @@ def revision_shapes() -> dict[str, tuple[dict[str, frozenset[str]], frozenset[st
                 with connection.begin():
                     command.upgrade(alembic_config(connection), revision)
                     tables = inspect(connection).get_table_names()
-                    shapes[revision] = (_columns(connection, tables),
-                                        _indexes(connection, tables))
+                    shapes[revision] = (_columns(connection, tables), _indexes(connection, tables))
     finally:
         engine.dispose()
     return shapes
@@ -117,8 +115,11 @@ def revision_columns() -> dict[str, dict[str, frozenset[str]]]:
 
 def _columns(connection: Connection, tables: Iterable[str]) -> dict[str, frozenset[str]]:
     inspector = inspect(connection)
-    return {t: frozenset(c["name"] for c in inspector.get_columns(t))
-            for t in tables if t != VERSION_TABLE}
+    return {
+        t: frozenset(c["name"] for c in inspector.get_columns(t))
+        for t in tables
+        if t != VERSION_TABLE
+    }
 
 
 def _indexes(connection: Connection, tables: Iterable[str]) -> frozenset[str]:
@@ -126,9 +127,13 @@ def _indexes(connection: Connection, tables: Iterable[str]) -> frozenset[str]:
     made it again leaves every column as it was: only the index tells). PostgreSQL lists a
     unique constraint's own index too, which SQLite does not: left out, to compare alike."""
     inspector = inspect(connection)
-    return frozenset(str(i["name"]) for t in tables if t != VERSION_TABLE
-                     for i in inspector.get_indexes(t)
-                     if i["name"] and "duplicates_constraint" not in i)
+    return frozenset(
+        str(i["name"])
+        for t in tables
+        if t != VERSION_TABLE
+        for i in inspector.get_indexes(t)
+        if i["name"] and "duplicates_constraint" not in i
+    )
 
 
 @cache
@@ -178,17 +183,25 @@ def read_state(connection: Connection) -> SchemaState:
     from .models import Base
 
     names = inspect(connection).get_table_names()
-    if VERSION_TABLE not in names and not any(t.removeprefix(BATCH_COPY) in Base.metadata.tables
-                                              for t in names):
+    if VERSION_TABLE not in names and not any(
+        t.removeprefix(BATCH_COPY) in Base.metadata.tables for t in names
+    ):
         # a new database (every table a release made is one of the newest's): told apart
         # without replaying the migrations (revision_shapes)
         return SchemaState(None, {}, False)
     known = _our_tables()
     present = [t for t in names if t.removeprefix(BATCH_COPY) in known]
-    has_rows = any(connection.execute(text(f"SELECT 1 FROM {_quote(connection, t)} LIMIT 1"))
-                   .first() is not None for t in present)
-    return SchemaState(current_revision(connection), _columns(connection, present), has_rows,
-                       _indexes(connection, present))
+    has_rows = any(
+        connection.execute(text(f"SELECT 1 FROM {_quote(connection, t)} LIMIT 1")).first()
+        is not None
+        for t in present
+    )
+    return SchemaState(
+        current_revision(connection),
+        _columns(connection, present),
+        has_rows,
+        _indexes(connection, present),
+    )
 
 
 def _quote(connection: Connection, name: str) -> str:
@@ -207,9 +220,11 @@ def bring_to_head(connection: Connection, state: SchemaState) -> str:
     transaction (the schema lock held); returns what was done, for the log and `db upgrade`."""
     foreign = state.foreign()
     if foreign:
-        raise RepairError(f"tables {', '.join(sorted(foreign))} have columns no release of "
-                          "cute-autotune made: the database was not made by cute-autotune, or "
-                          "was changed by hand")
+        raise RepairError(
+            f"tables {', '.join(sorted(foreign))} have columns no release of "
+            "cute-autotune made: the database was not made by cute-autotune, or "
+            "was changed by hand"
+        )
     if state.empty:
         migrate(connection)
         return "made"
@@ -242,12 +257,17 @@ def _rebuild(connection: Connection, state: SchemaState) -> None:
 
     kept: dict[str, frozenset[str]] = {}
     for table in Base.metadata.sorted_tables:
-        source = next((t for t in (table.name, BATCH_COPY + table.name) if t in state.tables),
-                      None)
+        source = next(
+            (t for t in (table.name, BATCH_COPY + table.name) if t in state.tables), None
+        )
         if source is None:
             continue
-        connection.execute(text(f"CREATE TEMPORARY TABLE {_quote(connection, _KEPT + table.name)}"
-                                f" AS SELECT * FROM {_quote(connection, source)}"))
+        connection.execute(
+            text(
+                f"CREATE TEMPORARY TABLE {_quote(connection, _KEPT + table.name)}"
+                f" AS SELECT * FROM {_quote(connection, source)}"
+            )
+        )
         kept[table.name] = state.tables[source]
     _drop(connection, state.tables)
     migrate(connection)
@@ -255,16 +275,24 @@ def _rebuild(connection: Connection, state: SchemaState) -> None:
     for table in Base.metadata.sorted_tables:
         if table.name not in kept:
             continue
-        columns = ", ".join(_quote(connection, c) for c in sorted(kept[table.name]
-                                                                  & made[table.name]))
+        columns = ", ".join(
+            _quote(connection, c) for c in sorted(kept[table.name] & made[table.name])
+        )
         name, copy = _quote(connection, table.name), _quote(connection, _KEPT + table.name)
         connection.execute(text(f"INSERT INTO {name} ({columns}) SELECT {columns} FROM {copy}"))
         connection.execute(text(f"DROP TABLE {copy}"))
         if connection.dialect.name == "postgresql":
             # the ids were copied, so the id sequence starts after the largest
-            connection.execute(text(
-                f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                f"COALESCE(MAX(id), 0) + 1, false) FROM {name}"))
-    _log.warning("the tuning database's tables did not match its schema version %s (a process "
-                 "was killed while an older release made or upgraded it): rebuilt at %s with "
-                 "every row kept", state.revision or "(none)", head_revision())
+            connection.execute(
+                text(
+                    f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                    f"COALESCE(MAX(id), 0) + 1, false) FROM {name}"
+                )
+            )
+    _log.warning(
+        "the tuning database's tables did not match its schema version %s (a process "
+        "was killed while an older release made or upgraded it): rebuilt at %s with "
+        "every row kept",
+        state.revision or "(none)",
+        head_revision(),
+    )

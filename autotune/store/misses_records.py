@@ -24,7 +24,13 @@ class MissRecord:
     last_seen: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"device_name": self.device_name,
-                "compute_capability": self.compute_capability, "sm_count": self.sm_count,
-                "problem": self.problem.as_dict(), "path": self.path, "count": self.count,
-                "first_seen": self.first_seen, "last_seen": self.last_seen}
+        return {
+            "device_name": self.device_name,
+            "compute_capability": self.compute_capability,
+            "sm_count": self.sm_count,
+            "problem": self.problem.as_dict(),
+            "path": self.path,
+            "count": self.count,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+        }

@@ -41,8 +41,9 @@ class StoredDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def result_processor(self, dialect: Dialect, coltype: Any
-                         ) -> Callable[[Any], datetime | None] | None:
+    def result_processor(
+        self, dialect: Dialect, coltype: Any
+    ) -> Callable[[Any], datetime | None] | None:
         parse = self.impl_instance.result_processor(dialect, coltype)
         if parse is None:
             return None
@@ -68,8 +69,14 @@ class Base(DeclarativeBase):
 class Device(Base):
     __tablename__ = "devices"
     __table_args__ = (
-        UniqueConstraint("name", "compute_capability", "sm_count", "driver_version",
-                         "cuda_version", name="uq_devices_identity"),
+        UniqueConstraint(
+            "name",
+            "compute_capability",
+            "sm_count",
+            "driver_version",
+            "cuda_version",
+            name="uq_devices_identity",
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -116,14 +123,34 @@ class Build(Base):
 class ProblemRow(Base):
     __tablename__ = "problems"
     __table_args__ = (
-        UniqueConstraint("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
-                         "head_dim", "causal", "kv_cache", name="uq_problems_shape"),
+        UniqueConstraint(
+            "dtype",
+            "batch",
+            "heads_q",
+            "heads_kv",
+            "seqlen_q",
+            "seqlen_k",
+            "head_dim",
+            "causal",
+            "kv_cache",
+            name="uq_problems_shape",
+        ),
         CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
         # The problem class (a config's fixed values) first: what `nearest` and the region rule
         # of dispatch filter on. The sizes after it make the index covering: the rows of a class
         # are ranked from the index alone (1.1 -> 0.65 ms for 250 rows of 5k, SQLite).
-        Index("ix_problems_class", "dtype", "head_dim", "causal", "kv_cache", "seqlen_q",
-              "seqlen_k", "batch", "heads_q", "heads_kv"),
+        Index(
+            "ix_problems_class",
+            "dtype",
+            "head_dim",
+            "causal",
+            "kv_cache",
+            "seqlen_q",
+            "seqlen_k",
+            "batch",
+            "heads_q",
+            "heads_kv",
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -236,8 +263,7 @@ class BestConfig(Base):
     torch_version: Mapped[str | None] = mapped_column(String(64))
     cudnn_version: Mapped[str | None] = mapped_column(String(32))
     regime: Mapped[str | None] = mapped_column(String(32))
-    updated_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow,
-                                                 onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(StoredDateTime(), default=utcnow, onupdate=utcnow)
 
     device: Mapped[Device] = relationship()
     problem: Mapped[ProblemRow] = relationship()
@@ -250,8 +276,14 @@ class RuntimeMiss(Base):
 
     __tablename__ = "runtime_misses"
     __table_args__ = (
-        UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id", "path",
-                         name="uq_runtime_misses"),
+        UniqueConstraint(
+            "device_name",
+            "compute_capability",
+            "sm_count",
+            "problem_id",
+            "path",
+            name="uq_runtime_misses",
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -279,8 +311,14 @@ class WorkItem(Base):
 
     __tablename__ = "work_items"
     __table_args__ = (
-        UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id",
-                         "families", name="uq_work_items"),
+        UniqueConstraint(
+            "device_name",
+            "compute_capability",
+            "sm_count",
+            "problem_id",
+            "families",
+            name="uq_work_items",
+        ),
         Index("ix_work_items_take", "device_name", "compute_capability", "sm_count", "state"),
     )
 
@@ -328,8 +366,9 @@ def check_column_bounds(session: Session, *_: object) -> None:
     listener on the store's sessions)."""
     for obj in [*session.new, *session.dirty]:
         if isinstance(obj, Base):
-            check_row_bounds(type(obj), {c.key: getattr(obj, c.key, None)
-                                         for c in obj.__table__.columns})
+            check_row_bounds(
+                type(obj), {c.key: getattr(obj, c.key, None) for c in obj.__table__.columns}
+            )
 
 
 def check_row_bounds(model: type[Base], values: dict[str, object]) -> None:
@@ -338,12 +377,18 @@ def check_row_bounds(model: type[Base], values: dict[str, object]) -> None:
         value = values.get(column.key)
         length = getattr(column.type, "length", None)
         if isinstance(value, str) and length is not None and len(value) > length:
-            raise ValueError(f"{column.table.name}.{column.name} holds at most {length} "
-                             f"characters, got {len(value)}")
+            raise ValueError(
+                f"{column.table.name}.{column.name} holds at most {length} "
+                f"characters, got {len(value)}"
+            )
         if isinstance(value, str) and "\x00" in value:  # PostgreSQL's text cannot hold it
-            raise ValueError(f"{column.table.name}.{column.name} cannot hold the NUL "
-                             "character")
-        if (isinstance(column.type, Integer) and not isinstance(column.type, BigInteger)
-                and isinstance(value, int) and not INT32[0] <= value <= INT32[1]):
-            raise ValueError(f"{column.table.name}.{column.name} holds a 32-bit integer, "
-                             f"got {value}")
+            raise ValueError(f"{column.table.name}.{column.name} cannot hold the NUL character")
+        if (
+            isinstance(column.type, Integer)
+            and not isinstance(column.type, BigInteger)
+            and isinstance(value, int)
+            and not INT32[0] <= value <= INT32[1]
+        ):
+            raise ValueError(
+                f"{column.table.name}.{column.name} holds a 32-bit integer, got {value}"
+            )

@@ -52,10 +52,15 @@ class PerfModels:
         if fitted_by not in FITTED_BY:
             raise ValueError(f"fitted_by must be one of {FITTED_BY}, got {fitted_by!r}")
         model = PerfModel(doc)
-        row = PerfModelRow(device_name=model.device, digest=str(doc["digest"]),
-                           data_digest=model.data_digest, timings=int(doc.get("timings", 0)),
-                           fitted_by=fitted_by, fitted_at=utcnow(),
-                           doc_json=json.dumps(doc, separators=(",", ":")))
+        row = PerfModelRow(
+            device_name=model.device,
+            digest=str(doc["digest"]),
+            data_digest=model.data_digest,
+            timings=int(doc.get("timings", 0)),
+            fitted_by=fitted_by,
+            fitted_at=utcnow(),
+            doc_json=json.dumps(doc, separators=(",", ":")),
+        )
         with self.store._transaction() as s:
             s.execute(delete(PerfModelRow).where(PerfModelRow.device_name == model.device))
             s.add(row)
@@ -64,21 +69,25 @@ class PerfModels:
     def describe(self, device_name: str) -> StoredModel | None:
         """The stored model of `device_name` as the row describes it (its document unread)."""
         with self.store._reading() as s:
-            row = s.scalars(select(PerfModelRow).where(
-                PerfModelRow.device_name == device_name)).first()
+            row = s.scalars(
+                select(PerfModelRow).where(PerfModelRow.device_name == device_name)
+            ).first()
             return None if row is None else _stored(row)
 
     def all(self) -> list[StoredModel]:
         with self.store._reading() as s:
-            return [_stored(row) for row in
-                    s.scalars(select(PerfModelRow).order_by(PerfModelRow.device_name))]
+            return [
+                _stored(row)
+                for row in s.scalars(select(PerfModelRow).order_by(PerfModelRow.device_name))
+            ]
 
     def load(self, device_name: str) -> PerfModel | None:
         """The stored model of `device_name`, checked; None when there is none. BrokenRow
         for a row that does not hold the model it claims to."""
         with self.store._reading() as s:
-            row = s.scalars(select(PerfModelRow).where(
-                PerfModelRow.device_name == device_name)).first()
+            row = s.scalars(
+                select(PerfModelRow).where(PerfModelRow.device_name == device_name)
+            ).first()
             if row is None:
                 return None
             text, digest = row.doc_json, row.digest
@@ -89,14 +98,22 @@ class PerfModels:
         except (TypeError, ValueError) as exc:
             raise BrokenRow(f"{where} is refused ({exc}); {fix}") from None
         if model.device != device_name or model.doc.get("digest") != digest:
-            raise BrokenRow(f"{where} is refused (its document is of {model.device!r} with "
-                            f"another digest than the row's); {fix}")
+            raise BrokenRow(
+                f"{where} is refused (its document is of {model.device!r} with "
+                f"another digest than the row's); {fix}"
+            )
         return model
 
 
 def _stored(row: PerfModelRow) -> StoredModel:
-    return StoredModel(row.device_name, row.digest, row.data_digest, row.timings,
-                       row.fitted_by, None if row.fitted_at is None else _utc(row.fitted_at))
+    return StoredModel(
+        row.device_name,
+        row.digest,
+        row.data_digest,
+        row.timings,
+        row.fitted_by,
+        None if row.fitted_at is None else _utc(row.fitted_at),
+    )
 
 
 def model_for(store: TuningStore | None, device_name: str) -> tuple[PerfModel | None, str]:

@@ -72,11 +72,22 @@ def _settings_or_none(row: WorkItem) -> dict[str, Any] | None:
 
 def _item(row: WorkItem, problem: Problem) -> QueuedItem:
     return QueuedItem(
-        row.id, row.device_name, row.compute_capability, row.sm_count, problem,
-        tuple(f for f in row.families.split(",") if f), _settings_or_none(row) or {},
-        row.state, row.worker, row.attempts, _maybe_utc(row.lease_until),
-        _maybe_utc(row.enqueued_at), _maybe_utc(row.started_at), _maybe_utc(row.finished_at),
-        row.message)
+        row.id,
+        row.device_name,
+        row.compute_capability,
+        row.sm_count,
+        problem,
+        tuple(f for f in row.families.split(",") if f),
+        _settings_or_none(row) or {},
+        row.state,
+        row.worker,
+        row.attempts,
+        _maybe_utc(row.lease_until),
+        _maybe_utc(row.enqueued_at),
+        _maybe_utc(row.started_at),
+        _maybe_utc(row.finished_at),
+        row.message,
+    )
 
 
 class WorkQueue:
@@ -85,8 +96,13 @@ class WorkQueue:
     def __init__(self, store: TuningStore) -> None:
         self.store = store
 
-    def enqueue(self, device: DeviceInfo, problems: list[Problem], families: list[str],
-                settings: dict[str, Any]) -> tuple[int, int]:
+    def enqueue(
+        self,
+        device: DeviceInfo,
+        problems: list[Problem],
+        families: list[str],
+        settings: dict[str, Any],
+    ) -> tuple[int, int]:
         """Add an item per problem for `device`'s GPU model; one already there for the same
         problem and families (in any state) is kept as it is. Returns (added, kept)."""
         names = ",".join(sorted(families))
@@ -94,16 +110,28 @@ class WorkQueue:
         with self.store._transaction() as s:
             for problem in problems:
                 problem_id = self.store._problem(s, problem).id
-                exists = s.scalars(select(WorkItem.id).where(
-                    *_of_model(device), WorkItem.problem_id == problem_id,
-                    WorkItem.families == names)).first()
+                exists = s.scalars(
+                    select(WorkItem.id).where(
+                        *_of_model(device),
+                        WorkItem.problem_id == problem_id,
+                        WorkItem.families == names,
+                    )
+                ).first()
                 if exists is not None:
                     continue
-                s.add(WorkItem(device_name=device.name,
-                               compute_capability=device.compute_capability,
-                               sm_count=device.sm_count, problem_id=problem_id, families=names,
-                               settings_json=json.dumps(settings, sort_keys=True),
-                               state=QUEUED, attempts=0, enqueued_at=utcnow()))
+                s.add(
+                    WorkItem(
+                        device_name=device.name,
+                        compute_capability=device.compute_capability,
+                        sm_count=device.sm_count,
+                        problem_id=problem_id,
+                        families=names,
+                        settings_json=json.dumps(settings, sort_keys=True),
+                        state=QUEUED,
+                        attempts=0,
+                        enqueued_at=utcnow(),
+                    )
+                )
                 added += 1
         return added, len(problems) - added
 
@@ -112,11 +140,18 @@ class WorkQueue:
         held by `worker` for `lease_s` seconds; None when there is none."""
         now = utcnow()
         with self.store._transaction() as s:
-            query = (select(WorkItem).where(
-                *_of_model(device),
-                or_(WorkItem.state == QUEUED,
-                    and_(WorkItem.state == RUNNING, WorkItem.lease_until < now)))
-                .order_by(WorkItem.id).limit(1))
+            query = (
+                select(WorkItem)
+                .where(
+                    *_of_model(device),
+                    or_(
+                        WorkItem.state == QUEUED,
+                        and_(WorkItem.state == RUNNING, WorkItem.lease_until < now),
+                    ),
+                )
+                .order_by(WorkItem.id)
+                .limit(1)
+            )
             if s.get_bind().dialect.name == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             while (row := s.scalars(query).first()) is not None:
@@ -130,8 +165,10 @@ class WorkQueue:
                 settings = _settings_or_none(row)
                 if settings is None:  # a hostile settings row: refused, never run
                     row.state, row.finished_at = FAILED, now
-                    row.message = (f"work item {row.id}: its settings are not a JSON object of "
-                                   "search settings; not run")
+                    row.message = (
+                        f"work item {row.id}: its settings are not a JSON object of "
+                        "search settings; not run"
+                    )
                     s.flush()
                     continue
                 if row.state == RUNNING:
@@ -146,35 +183,56 @@ class WorkQueue:
     def renew(self, item_id: int, worker: str, lease_s: float) -> bool:
         """Extend `worker`'s lease; False when it no longer holds the item."""
         with self.store._transaction() as s:
-            done = s.execute(update(WorkItem).where(
-                WorkItem.id == item_id, WorkItem.worker == worker, WorkItem.state == RUNNING)
-                .values(lease_until=utcnow() + timedelta(seconds=lease_s)))
+            done = s.execute(
+                update(WorkItem)
+                .where(
+                    WorkItem.id == item_id, WorkItem.worker == worker, WorkItem.state == RUNNING
+                )
+                .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+            )
             return bool(cast(CursorResult[Any], done).rowcount)
 
     def finish(self, item_id: int, worker: str, ok: bool, message: str = "") -> bool:
         """Mark `worker`'s item done (or failed, with the reason); False when it no longer
         holds it (its lease ran out and another worker took it)."""
         with self.store._transaction() as s:
-            values: dict[str, Any] = {"state": DONE if ok else FAILED, "finished_at": utcnow(),
-                                      "lease_until": None}
+            values: dict[str, Any] = {
+                "state": DONE if ok else FAILED,
+                "finished_at": utcnow(),
+                "lease_until": None,
+            }
             if message:  # else the item keeps its note (e.g. that it was taken again)
                 values["message"] = message[:2000]
-            done = s.execute(update(WorkItem).where(
-                WorkItem.id == item_id, WorkItem.worker == worker, WorkItem.state == RUNNING)
-                .values(**values))
+            done = s.execute(
+                update(WorkItem)
+                .where(
+                    WorkItem.id == item_id, WorkItem.worker == worker, WorkItem.state == RUNNING
+                )
+                .values(**values)
+            )
             return bool(cast(CursorResult[Any], done).rowcount)
 
     def pending(self, device: DeviceInfo) -> int:
         """Items of `device`'s GPU model still queued or running."""
         with self.store._transaction() as s:
-            return int(s.scalar(select(func.count()).select_from(WorkItem).where(
-                *_of_model(device), WorkItem.state.in_((QUEUED, RUNNING)))) or 0)
+            return int(
+                s.scalar(
+                    select(func.count())
+                    .select_from(WorkItem)
+                    .where(*_of_model(device), WorkItem.state.in_((QUEUED, RUNNING)))
+                )
+                or 0
+            )
 
     def items(self) -> list[QueuedItem]:
         """Every item, oldest first (a broken row, or one whose problem is, left out and
         logged)."""
         with self.store._transaction() as s:
-            rows = s.scalars(select(WorkItem).options(joinedload(WorkItem.problem))
-                             .order_by(WorkItem.id))
-            return [_item(row, problem) for row in rows
-                    if (problem := _served_problem(check_work_item, row)) is not None]
+            rows = s.scalars(
+                select(WorkItem).options(joinedload(WorkItem.problem)).order_by(WorkItem.id)
+            )
+            return [
+                _item(row, problem)
+                for row in rows
+                if (problem := _served_problem(check_work_item, row)) is not None
+            ]

@@ -18,4 +18,3 @@ class TuningStore(TrialRows, ImportRows, MissRows):
     """The tuning database. `create=False` opens it for reading only (`list`, `best`,
     `export`): a database that does not exist is an error, not a new empty one. Every database
     error a method meets is a StoreError naming the database."""
-

@@ -46,24 +46,38 @@ def problem_distance(a: Problem, b: Problem) -> float:
     return _distance(a, b.batch, b.heads_q, b.heads_kv, b.seqlen_q, b.seqlen_k)
 
 
-def _distance(a: Problem, batch: int, heads_q: int, heads_kv: int, seqlen_q: int,
-              seqlen_k: int) -> float:
+def _distance(
+    a: Problem, batch: int, heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int
+) -> float:
     """`problem_distance` from `a` to the problem of these sizes (and `a`'s class), computed
     on a row's columns: `nearest` ranks every row of a class without making a Problem of
     each."""
+
     def term(x: float, y: float) -> float:
         return abs(math.log2(x / y))
 
-    return (term(a.seqlen_q, seqlen_q) + term(a.seqlen_k, seqlen_k)
-            + term(a.batch * a.heads_q, batch * heads_q)
-            + 0.5 * term(a.group_size, heads_q // heads_kv))
+    return (
+        term(a.seqlen_q, seqlen_q)
+        + term(a.seqlen_k, seqlen_k)
+        + term(a.batch * a.heads_q, batch * heads_q)
+        + 0.5 * term(a.group_size, heads_q // heads_kv)
+    )
 
 
 def _problem_of(row: ProblemRow) -> Problem:
     """The stored problem, validated again: a broken row is refused, never run."""
     try:
-        return Problem(row.batch, row.heads_q, row.heads_kv, row.seqlen_q, row.seqlen_k,
-                       row.head_dim, row.dtype, bool(row.causal), row.kv_cache)
+        return Problem(
+            row.batch,
+            row.heads_q,
+            row.heads_kv,
+            row.seqlen_q,
+            row.seqlen_k,
+            row.head_dim,
+            row.dtype,
+            bool(row.causal),
+            row.kv_cache,
+        )
     except ValueError as exc:
         raise BrokenRow(f"stored problem #{row.id} is not valid: {exc}") from None
 
@@ -81,11 +95,16 @@ def _sizes_or_none(problem_id: Any, sizes: Sequence[Any]) -> tuple[int, ...] | N
     """A problem row's batch, heads and lengths as `_distance` takes them, when they can be
     (integers of the contract's range, the query heads a multiple of the KV heads); else None,
     logged: a row with text or zero in them is passed over, never ranked."""
-    if all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIZE
-           for v in sizes) and sizes[1] % sizes[2] == 0:
+    if (
+        all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIZE for v in sizes)
+        and sizes[1] % sizes[2] == 0
+    ):
         return tuple(sizes)
-    _log.warning("stored problem #%s is not valid: sizes %s: passed over for the next nearest",
-                 shown(problem_id), shown(tuple(sizes), 120))
+    _log.warning(
+        "stored problem #%s is not valid: sizes %s: passed over for the next nearest",
+        shown(problem_id),
+        shown(tuple(sizes), 120),
+    )
     return None
 
 
@@ -102,8 +121,9 @@ def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
     if problem is not None:
         mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
         if mismatch:
-            raise BrokenRow(f"stored config {row.digest} is for another problem class "
-                            f"({mismatch} differ)")
+            raise BrokenRow(
+                f"stored config {row.digest} is for another problem class ({mismatch} differ)"
+            )
     return config
 
 
@@ -123,35 +143,50 @@ def _env_columns(env: Environment | None) -> dict[str, Any]:
     """The columns a timing's environment is stored in (measurements, baselines)."""
     if env is None:
         return {}
-    return {"regime": env.regime or None, "driver_version": env.driver_version or None,
-            "cuda_version": env.cuda_version or None,
-            "torch_version": env.torch_version or None,
-            "cudnn_version": env.cudnn_version or None, "sm_clock_mhz": env.sm_clock_mhz,
-            "power_w": env.power_w}
+    return {
+        "regime": env.regime or None,
+        "driver_version": env.driver_version or None,
+        "cuda_version": env.cuda_version or None,
+        "torch_version": env.torch_version or None,
+        "cudnn_version": env.cudnn_version or None,
+        "sm_clock_mhz": env.sm_clock_mhz,
+        "power_w": env.power_w,
+    }
 
 
 def _env_of(row: Measurement | Baseline) -> Environment | None:
     if row.regime is None and row.torch_version is None:
         return None
-    return Environment(row.regime or "", row.driver_version or "", row.cuda_version or "",
-                       row.torch_version or "", row.cudnn_version or "", row.sm_clock_mhz,
-                       row.power_w)
+    return Environment(
+        row.regime or "",
+        row.driver_version or "",
+        row.cuda_version or "",
+        row.torch_version or "",
+        row.cudnn_version or "",
+        row.sm_clock_mhz,
+        row.power_w,
+    )
 
 
-def same_gpu(device: DeviceInfo, name: Any = Device.name,
-             capability: Any = Device.compute_capability, sm_count: Any = Device.sm_count
-             ) -> tuple[Any, ...]:
+def same_gpu(
+    device: DeviceInfo,
+    name: Any = Device.name,
+    capability: Any = Device.compute_capability,
+    sm_count: Any = Device.sm_count,
+) -> tuple[Any, ...]:
     """The conditions that a row is of `device`'s GPU model (name, compute capability and SM
     count: driver and CUDA versions may differ between machines), on the given columns."""
-    return (name == device.name, capability == device.compute_capability,
-            sm_count == device.sm_count)
+    return (
+        name == device.name,
+        capability == device.compute_capability,
+        sm_count == device.sm_count,
+    )
 
 
 Columns = TypeVarTuple("Columns")
 
 
-def _of_device(query: Select[*Columns],
-               device: DeviceInfo | str | None) -> Select[*Columns]:
+def _of_device(query: Select[*Columns], device: DeviceInfo | str | None) -> Select[*Columns]:
     """`query` (joined to devices) narrowed to one GPU model (see `same_gpu`), a device name,
     or left as it is for every device."""
     if isinstance(device, str):
@@ -166,19 +201,25 @@ def _is_problem(problem: Problem) -> tuple[ColumnElement[bool], ...]:
     return tuple(getattr(ProblemRow, k) == v for k, v in problem.as_dict().items())
 
 
-def _in_class(dtype: str, head_dim: int, causal: bool,
-              kv_cache: str = "dense") -> tuple[ColumnElement[bool], ...]:
+def _in_class(
+    dtype: str, head_dim: int, causal: bool, kv_cache: str = "dense"
+) -> tuple[ColumnElement[bool], ...]:
     """The conditions that a problems row is of this problem class (ix_problems_class): a
     config's fixed values and how the keys are held."""
-    return (ProblemRow.dtype == dtype, ProblemRow.head_dim == head_dim,
-            ProblemRow.causal == causal, ProblemRow.kv_cache == kv_cache)
+    return (
+        ProblemRow.dtype == dtype,
+        ProblemRow.head_dim == head_dim,
+        ProblemRow.causal == causal,
+        ProblemRow.kv_cache == kv_cache,
+    )
 
 
 RowT = TypeVar("RowT", Device, ProblemRow, KernelConfig)
 
 
-def _get_or_create(s: Session, model: type[RowT], identity: dict[str, Any],
-                   extra: dict[str, Any] | None = None) -> RowT:
+def _get_or_create(
+    s: Session, model: type[RowT], identity: dict[str, Any], extra: dict[str, Any] | None = None
+) -> RowT:
     """The row whose columns equal `identity` (a unique key of the table), created (with
     `extra`) if there is none: race-free when another process creates it at the same time."""
     row = s.scalars(select(model).filter_by(**identity)).first()
@@ -206,8 +247,6 @@ def _insert_unless_present(s: Session, model: type[Any], values: dict[str, Any])
             s.add(model(**values))
     except IntegrityError:
         pass
-
-
 
 
 def _served_problem(check: Callable[[Any], None], row: Any) -> Problem | None:
@@ -251,8 +290,9 @@ def _iso_utc(moment: datetime) -> str:
     return _utc(moment).isoformat(timespec="seconds")
 
 
-def _merge_misses(entries: Sequence[tuple[DeviceInfo, Problem, str, int, datetime, datetime]]
-                  ) -> dict[_MissKey, tuple[int, datetime, datetime]]:
+def _merge_misses(
+    entries: Sequence[tuple[DeviceInfo, Problem, str, int, datetime, datetime]],
+) -> dict[_MissKey, tuple[int, datetime, datetime]]:
     merged: dict[_MissKey, tuple[int, datetime, datetime]] = {}
     for device, problem, path, count, first, last in entries:
         if count < 0:

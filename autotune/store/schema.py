@@ -54,8 +54,13 @@ from .migrate import known_revisions as known_revisions
 
 DB_ENV = "CUTE_AUTOTUNE_DB"
 # What to install for the DB-API modules SQLAlchemy's dialects import.
-_DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'",
-                    "MySQLdb": "mysqlclient", "pymysql": "pymysql", "asyncpg": "asyncpg"}
+_DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "pymysql",
+    "asyncpg": "asyncpg",
+}
 
 
 class StoreError(RuntimeError):
@@ -109,8 +114,7 @@ def lost_connection(exc: BaseException) -> bool:
     connection to the database that broke: what a worker retries rather than fails on."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ConnectionLost) or (isinstance(seen, DBAPIError)
-                                                and _broken(seen)):
+        if isinstance(seen, ConnectionLost) or (isinstance(seen, DBAPIError) and _broken(seen)):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -163,8 +167,10 @@ def database_error(url: str | URL, exc: DBAPIError) -> StoreError:
     }
     hint = next((h for key, h in hints.items() if key in text), "")
     error = ConnectionLost if _broken(exc) else StoreError
-    return error(f"the tuning database {describe(url)} cannot be used: {text}"
-                      + (f" ({hint})" if hint else ""))
+    return error(
+        f"the tuning database {describe(url)} cannot be used: {text}"
+        + (f" ({hint})" if hint else "")
+    )
 
 
 def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> Engine:
@@ -175,21 +181,27 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
     try:
         parsed = make_url(database_url(url))
     except ArgumentError:
-        raise StoreError(f"{url!r} is not a database URL (e.g. sqlite:////path/tuning.db or "
-                         "postgresql+psycopg://user@host/dbname)") from None
+        raise StoreError(
+            f"{url!r} is not a database URL (e.g. sqlite:////path/tuning.db or "
+            "postgresql+psycopg://user@host/dbname)"
+        ) from None
     path = sqlite_path(parsed)
     if path is not None and path.is_dir():
-        raise StoreError(f"{path} is a folder, not a database file: name a file, e.g. "
-                         f"--db {path / 'tuning.db'}")
+        raise StoreError(
+            f"{path} is a folder, not a database file: name a file, e.g. --db {path / 'tuning.db'}"
+        )
     if path is not None and not create and not path.is_file():
-        raise StoreError(f"no tuning database at {path}: nothing has been tuned or imported "
-                         "there (check --db; `cute-autotune tune` or `import` creates one)")
+        raise StoreError(
+            f"no tuning database at {path}: nothing has been tuned or imported "
+            "there (check --db; `cute-autotune tune` or `import` creates one)"
+        )
     if path is not None and create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create the folder of the tuning database {path}: "
-                             f"{exc.strerror}") from None
+            raise StoreError(
+                f"cannot create the folder of the tuning database {path}: {exc.strerror}"
+            ) from None
     target: str | URL = parsed
     if path is not None and not create:
         # read-only at the file level: SQLite then creates no database, and writes nothing
@@ -198,21 +210,29 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
         # A server's connection idle in the pool may have been ended meanwhile (a restart, a
         # network drop, pg_terminate_backend): checked at checkout, and replaced, rather than
         # failing the next transaction. (A SQLite file has no connection to lose.)
-        engine = create_engine(target, pool_pre_ping=path is None
-                               and parsed.get_backend_name() != "sqlite")
+        engine = create_engine(
+            target, pool_pre_ping=path is None and parsed.get_backend_name() != "sqlite"
+        )
     except NoSuchModuleError:
-        raise StoreError(f"{parsed.render_as_string()!r} is not a database URL: SQLAlchemy has "
-                         f"no dialect {parsed.drivername!r}") from None
+        raise StoreError(
+            f"{parsed.render_as_string()!r} is not a database URL: SQLAlchemy has "
+            f"no dialect {parsed.drivername!r}"
+        ) from None
     except ImportError as exc:
         module = exc.name or str(exc)
         package = _DRIVER_PACKAGES.get(module, module)
-        raise StoreError(f"the database URL {parsed.render_as_string()} needs the Python module "
-                         f"{module!r}, which is not installed: pip install {package}"
-                         + (" (or use a postgresql+psycopg:// URL with pip install "
-                            "'psycopg[binary]')" if parsed.get_backend_name() == "postgresql"
-                            else "")) from None
+        raise StoreError(
+            f"the database URL {parsed.render_as_string()} needs the Python module "
+            f"{module!r}, which is not installed: pip install {package}"
+            + (
+                " (or use a postgresql+psycopg:// URL with pip install 'psycopg[binary]')"
+                if parsed.get_backend_name() == "postgresql"
+                else ""
+            )
+        ) from None
     event.listen(engine, "before_cursor_execute", _refuse_nul)
     if engine.dialect.name == "sqlite":
+
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
@@ -231,8 +251,14 @@ def make_engine(url: str, *, create: bool = True, migrating: bool = False) -> En
     return engine
 
 
-def _refuse_nul(_connection: Any, _cursor: Any, _statement: str, parameters: Any,
-                _context: Any, _executemany: bool) -> None:
+def _refuse_nul(
+    _connection: Any,
+    _cursor: Any,
+    _statement: str,
+    parameters: Any,
+    _context: Any,
+    _executemany: bool,
+) -> None:
     """Refuse a NUL in any text a statement sends, before it is sent: PostgreSQL's text cannot
     hold one (its driver refuses the statement), SQLite would store it, and every database
     must take or refuse the same strings. (Writes through the ORM are refused earlier, with
@@ -390,9 +416,11 @@ def _schema_transaction(engine: Engine) -> Iterator[Connection]:
 
 def _refuse_newer(state: SchemaState, name: str) -> None:
     if state.revision is not None and state.revision not in known_revisions():
-        raise SchemaError(f"the tuning database {name} has schema {state.revision}, which this "
-                          f"cute-autotune (schema {head_revision()}) does not know: it was "
-                          "written by a newer release; upgrade cute-autotune")
+        raise SchemaError(
+            f"the tuning database {name} has schema {state.revision}, which this "
+            f"cute-autotune (schema {head_revision()}) does not know: it was "
+            "written by a newer release; upgrade cute-autotune"
+        )
 
 
 def _refuse_unless_automatic(state: SchemaState, url: str, *, create: bool) -> None:
@@ -402,23 +430,28 @@ def _refuse_unless_automatic(state: SchemaState, url: str, *, create: bool) -> N
     _refuse_newer(state, url)
     foreign = state.foreign()
     if foreign:
-        raise SchemaError(f"{describe(url)} has tables named as cute-autotune's "
-                          f"({', '.join(sorted(foreign))}) but no schema version of ours "
-                          "matches them: it was not made by cute-autotune or is damaged")
+        raise SchemaError(
+            f"{describe(url)} has tables named as cute-autotune's "
+            f"({', '.join(sorted(foreign))}) but no schema version of ours "
+            "matches them: it was not made by cute-autotune or is damaged"
+        )
     if not state.has_rows:
         if not create:
-            raise SchemaError(f"{describe(url)} holds no cute-autotune results (tune or import "
-                              "into it first)")
+            raise SchemaError(
+                f"{describe(url)} holds no cute-autotune results (tune or import into it first)"
+            )
         return
     if state.revision is None:
         raise SchemaError(
             f"the tuning database {url} holds cute-autotune's tables and rows but no schema "
             "version (a process was killed while an older release made or upgraded it). "
-            f"Back it up, then repair it in place with:  cute-autotune db upgrade --db '{url}'")
+            f"Back it up, then repair it in place with:  cute-autotune db upgrade --db '{url}'"
+        )
     raise SchemaOutdated(
         f"the tuning database {url} has schema {state.revision}; this cute-autotune needs "
         f"{head_revision()}. Back it up, then upgrade it in place with:  "
-        f"cute-autotune db upgrade --db '{url}'")
+        f"cute-autotune db upgrade --db '{url}'"
+    )
 
 
 def check_schema(engine: Engine, url: str, *, create: bool = True) -> None:

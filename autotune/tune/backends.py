@@ -51,12 +51,17 @@ class Reranking:
 
 def sdpa_baselines(results: Sequence[TrialResult]) -> list[BaselineTiming]:
     """The timed SDPA configs among re-ranked results, as baselines by backend."""
-    return [BaselineTiming(str(r.config["backend"]), r.median_us, r.p20_us or r.median_us,
-                           r.p80_us or r.median_us, r.env)
-            for r in results if r.config.family == SDPA_FAMILY and r.ok
-            and r.median_us is not None]
-
-
+    return [
+        BaselineTiming(
+            str(r.config["backend"]),
+            r.median_us,
+            r.p20_us or r.median_us,
+            r.p80_us or r.median_us,
+            r.env,
+        )
+        for r in results
+        if r.config.family == SDPA_FAMILY and r.ok and r.median_us is not None
+    ]
 
 
 class Backend(Protocol):
@@ -76,13 +81,15 @@ class Backend(Protocol):
         """The key the build of `config` will have, without building it."""
         ...
 
-    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
-                 round_ms: float) -> TrialResult:
+    def evaluate(
+        self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float
+    ) -> TrialResult:
         """Validate then time one built config."""
         ...
 
-    def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> Reranking:
+    def rerank(
+        self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int, round_ms: float
+    ) -> Reranking:
         """Re-time finalists, interleaved so drift hits them alike (and SDPA with them)."""
         ...
 
@@ -92,9 +99,12 @@ class Backend(Protocol):
 
 
 def _baselines_from_recording(timings: Mapping[str, Any]) -> list[BaselineTiming]:
-    return [BaselineTiming(name, t["median_us"], t["p20_us"], t["p80_us"],
-                           Environment.from_dict(t.get("env")))
-            for name, t in timings.items()]
+    return [
+        BaselineTiming(
+            name, t["median_us"], t["p20_us"], t["p80_us"], Environment.from_dict(t.get("env"))
+        )
+        for name, t in timings.items()
+    ]
 
 
 def _failed(build: BuildResult, failure: WorkerFailure) -> TrialResult:
@@ -105,8 +115,9 @@ def _failed(build: BuildResult, failure: WorkerFailure) -> TrialResult:
 class GpuBackend:
     """Trials in a GPU worker process, through measure.trial (the one trial procedure)."""
 
-    def __init__(self, device: int = 0, *, jobs: int | None = None,
-                 trial_timeout: float = 120.0) -> None:
+    def __init__(
+        self, device: int = 0, *, jobs: int | None = None, trial_timeout: float = 120.0
+    ) -> None:
         from ..measure.worker import GpuWorker
 
         self._worker = GpuWorker(device)
@@ -121,8 +132,9 @@ class GpuBackend:
             raise RuntimeError(f"cannot query the GPU: {reply.reason}")
         self._device = reply.info
         base = target_for_capability(reply.info.compute_capability)
-        self._target = Target(base.cc, reply.max_smem_per_block or base.max_smem_per_block,
-                              reply.info.name)
+        self._target = Target(
+            base.cc, reply.max_smem_per_block or base.max_smem_per_block, reply.info.name
+        )
 
     def device(self) -> DeviceInfo:
         if self._device is None:
@@ -145,26 +157,32 @@ class GpuBackend:
     def build_key(self, config: Config) -> str:
         return current_build_key(config, self.target())
 
-    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
-                 round_ms: float) -> TrialResult:
+    def evaluate(
+        self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float
+    ) -> TrialResult:
         if not build.ok:
             return not_built(build)  # what measure.trial.evaluate answers, without a worker
-        reply = self._worker.request(TrialRequest(problem, build, rounds, round_ms),
-                                     timeout=self._timeout)
+        reply = self._worker.request(
+            TrialRequest(problem, build, rounds, round_ms), timeout=self._timeout
+        )
         return _failed(build, reply) if isinstance(reply, WorkerFailure) else reply
 
-    def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> Reranking:
-        reply = self._worker.request(RerankRequest(problem, tuple(builds), rounds, round_ms),
-                                     timeout=self._timeout * max(1, len(builds) + 1))
+    def rerank(
+        self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int, round_ms: float
+    ) -> Reranking:
+        reply = self._worker.request(
+            RerankRequest(problem, tuple(builds), rounds, round_ms),
+            timeout=self._timeout * max(1, len(builds) + 1),
+        )
         if isinstance(reply, WorkerFailure):
             return Reranking([_failed(b, reply) for b in builds])
         results = list(reply.results)
         return Reranking(results, sdpa_baselines(results))
 
     def baselines(self, problem: Problem) -> list[BaselineTiming]:
-        reply = self._worker.request(BaselinesRequest(problem, rounds=9, round_ms=40),
-                                     timeout=self._timeout)
+        reply = self._worker.request(
+            BaselinesRequest(problem, rounds=9, round_ms=40), timeout=self._timeout
+        )
         if isinstance(reply, WorkerFailure):
             raise RuntimeError(f"timing torch SDPA failed: {reply.reason}")
         return list(reply.timings)
@@ -185,8 +203,11 @@ class ReplayBackend:
     for, so tests can prove that statically pruned configs never reach the compiler.
     """
 
-    def __init__(self, recordings: Path | Mapping[str, Any] | Sequence[Path | Mapping[str, Any]],
-                 faults: Mapping[str, tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        recordings: Path | Mapping[str, Any] | Sequence[Path | Mapping[str, Any]],
+        faults: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         if isinstance(recordings, (Path, Mapping)):
             recordings = [recordings]
         if not recordings:
@@ -208,16 +229,23 @@ class ReplayBackend:
                     self._describe(data["device"])
                 self._add(data)
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{where} is not a recording of benchmarks/sweep.py: "
-                                 f"{exc!s}") from None
+                raise ValueError(
+                    f"{where} is not a recording of benchmarks/sweep.py: {exc!s}"
+                ) from None
             self.recordings.append(dict(data))
 
     def _describe(self, dev: Mapping[str, Any]) -> None:
-        self._device = DeviceInfo(dev["name"], dev["compute_capability"], dev["sm_count"],
-                                  dev["driver_version"], dev["cuda_version"])
+        self._device = DeviceInfo(
+            dev["name"],
+            dev["compute_capability"],
+            dev["sm_count"],
+            dev["driver_version"],
+            dev["cuda_version"],
+        )
         base = target_for_capability(dev["compute_capability"])
-        self._target = Target(base.cc, dev.get("max_smem_per_block") or base.max_smem_per_block,
-                              dev["name"])
+        self._target = Target(
+            base.cc, dev.get("max_smem_per_block") or base.max_smem_per_block, dev["name"]
+        )
 
     def _add(self, data: Mapping[str, Any]) -> None:
         family = data.get("family")
@@ -225,11 +253,16 @@ class ReplayBackend:
             raise ValueError("a recording names the kernel family it measured ('family')")
         dev = data["device"]
         if (dev["name"], dev["compute_capability"], dev["sm_count"]) != (
-                self._device.name, self._device.compute_capability, self._device.sm_count):
-            raise ValueError(f"recordings of different GPUs: {dev['name']} "
-                             f"(sm_{dev['compute_capability']}, {dev['sm_count']} SMs) and "
-                             f"{self._device.name} (sm_{self._device.compute_capability}, "
-                             f"{self._device.sm_count} SMs)")
+            self._device.name,
+            self._device.compute_capability,
+            self._device.sm_count,
+        ):
+            raise ValueError(
+                f"recordings of different GPUs: {dev['name']} "
+                f"(sm_{dev['compute_capability']}, {dev['sm_count']} SMs) and "
+                f"{self._device.name} (sm_{self._device.compute_capability}, "
+                f"{self._device.sm_count} SMs)"
+            )
         if family not in self._families:
             self._families.append(family)
         for shape in data["shapes"]:
@@ -261,8 +294,12 @@ class ReplayBackend:
 
     def rows(self, problem: Problem, family: str | None = None) -> list[dict[str, Any]]:
         """The recorded rows of a problem: of one family, or of every family."""
-        return [row for (f, p), rows in self._rows.items()
-                if p == problem and family in (None, f) for row in rows.values()]
+        return [
+            row
+            for (f, p), rows in self._rows.items()
+            if p == problem and family in (None, f)
+            for row in rows.values()
+        ]
 
     def device(self) -> DeviceInfo:
         return self._device
@@ -289,10 +326,21 @@ class ReplayBackend:
                     message += f" (no {config.family} recording)"
                 results.append(BuildResult(config, self._target.arch, status, message=message))
                 continue
-            ptxas = PtxasReport("cute_autotune_fwd", self._target.arch, row["registers"], 0,
-                                row.get("spill_stores", 0), row.get("spill_loads", 0), 0, 1)
-            results.append(BuildResult(config, self._target.arch, Status.OK,
-                                       key=self.build_key(config), ptxas=ptxas))
+            ptxas = PtxasReport(
+                "cute_autotune_fwd",
+                self._target.arch,
+                row["registers"],
+                0,
+                row.get("spill_stores", 0),
+                row.get("spill_loads", 0),
+                0,
+                1,
+            )
+            results.append(
+                BuildResult(
+                    config, self._target.arch, Status.OK, key=self.build_key(config), ptxas=ptxas
+                )
+            )
         return results
 
     def build_key(self, config: Config) -> str:
@@ -305,8 +353,9 @@ class ReplayBackend:
             digest = config.digest
         return f"{REPLAY_KEY_PREFIX}{digest}"
 
-    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
-                 round_ms: float) -> TrialResult:
+    def evaluate(
+        self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float
+    ) -> TrialResult:
         if not build.ok:
             return not_built(build)
         config = build.config
@@ -318,31 +367,56 @@ class ReplayBackend:
         if config.family == SDPA_FAMILY:  # served from the recording's SDPA timings
             timing = self._sdpa[problem].get(str(config["backend"]))
             if timing is None:
-                return TrialResult(config, Status.INVALID, f"torch SDPA's {config['backend']} "
-                                   "backend refuses this problem (not in the recording)",
-                                   build_key=build.key)
-            return TrialResult(config, Status.OK, "", timing["median_us"],
-                               timing.get("p20_us", timing["median_us"]),
-                               timing.get("p80_us", timing["median_us"]), rounds,
-                               build_key=build.key)
+                return TrialResult(
+                    config,
+                    Status.INVALID,
+                    f"torch SDPA's {config['backend']} "
+                    "backend refuses this problem (not in the recording)",
+                    build_key=build.key,
+                )
+            return TrialResult(
+                config,
+                Status.OK,
+                "",
+                timing["median_us"],
+                timing.get("p20_us", timing["median_us"]),
+                timing.get("p80_us", timing["median_us"]),
+                rounds,
+                build_key=build.key,
+            )
         row = self._rows.get((config.family, problem), {}).get(config.digest)
         if row is None:
-            return TrialResult(config, Status.INVALID, "not in the recorded space",
-                               build_key=build.key)
+            return TrialResult(
+                config, Status.INVALID, "not in the recorded space", build_key=build.key
+            )
         # The trial's relative error; recordings made before the sweep ran measure.trial name
         # it rel_err_vs_sdpa, and a failed validation wrong_result.
         rel_err = row.get("rel_err", row.get("rel_err_vs_sdpa"))
         if row.get("median_us") is None:
             status = Status(row["status"])
-            return TrialResult(config, Status.FAILED_VALIDATION
-                               if status is Status.WRONG_RESULT else status,
-                               row.get("reason", ""), rel_err=rel_err, build_key=build.key)
-        return TrialResult(config, Status.OK, "", row["median_us"], row["p20_us"], row["p80_us"],
-                           rounds, rel_err, build_key=build.key,
-                           baseline_us=row.get("baseline_us"))
+            return TrialResult(
+                config,
+                Status.FAILED_VALIDATION if status is Status.WRONG_RESULT else status,
+                row.get("reason", ""),
+                rel_err=rel_err,
+                build_key=build.key,
+            )
+        return TrialResult(
+            config,
+            Status.OK,
+            "",
+            row["median_us"],
+            row["p20_us"],
+            row["p80_us"],
+            rounds,
+            rel_err,
+            build_key=build.key,
+            baseline_us=row.get("baseline_us"),
+        )
 
-    def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> Reranking:
+    def rerank(
+        self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int, round_ms: float
+    ) -> Reranking:
         results = [self.evaluate(problem, b, rounds=rounds, round_ms=round_ms) for b in builds]
         return Reranking(results, sdpa_baselines(results))
 
@@ -356,10 +430,13 @@ class ReplayBackend:
         named = ", ".join(p.describe() for p in problems[:3])
         if len(problems) > 3:
             named += f" and {len(problems) - 3} more"
-        held = "; ".join(f"{p.describe()} ({', '.join(f for f, q in self._rows if q == p)})"
-                         for p in self._sdpa)
-        return (f"{named} {'is' if len(problems) == 1 else 'are'} not recorded in the replayed "
-                f"recordings, which hold {len(self._sdpa)} problems: {held}")
+        held = "; ".join(
+            f"{p.describe()} ({', '.join(f for f, q in self._rows if q == p)})" for p in self._sdpa
+        )
+        return (
+            f"{named} {'is' if len(problems) == 1 else 'are'} not recorded in the replayed "
+            f"recordings, which hold {len(self._sdpa)} problems: {held}"
+        )
 
     def close(self) -> None:
         pass

@@ -21,8 +21,9 @@ class SearchCounts:
     swept: int = 0  # of `evaluated`: launch values timed on a build already made (no compile)
 
     def __add__(self, other: SearchCounts) -> SearchCounts:
-        return SearchCounts(*(getattr(self, f.name) + getattr(other, f.name)
-                              for f in fields(self)))
+        return SearchCounts(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
 
 
 class Counted:

@@ -87,11 +87,19 @@ def timings_of_recording(data: Mapping[str, Any]) -> list[Timing]:
     sdpa = load_space(SDPA_FAMILY)
     for shape in data["shapes"]:
         problem = Problem(**shape["problem"])
-        rows = [(dict(r["config"]), r.get("median_us")) for r in shape["configs"]
-                if r.get("status") == "ok"]
-        rows += [({"family": SDPA_FAMILY, "backend": backend, **problem.space_values()},
-                  timing.get("median_us")) for backend, timing in shape["sdpa"].items()
-                 if backend in sdpa.params["backend"].values]
+        rows = [
+            (dict(r["config"]), r.get("median_us"))
+            for r in shape["configs"]
+            if r.get("status") == "ok"
+        ]
+        rows += [
+            (
+                {"family": SDPA_FAMILY, "backend": backend, **problem.space_values()},
+                timing.get("median_us"),
+            )
+            for backend, timing in shape["sdpa"].items()
+            if backend in sdpa.params["backend"].values
+        ]
         for data_row, median in rows:
             if not isinstance(median, (int, float)) or not median > 0:
                 continue
@@ -104,8 +112,9 @@ def timings_of_recording(data: Mapping[str, Any]) -> list[Timing]:
     return found
 
 
-def timings_of_results(entries: Sequence[Mapping[str, Any]], device: str | None = None
-                       ) -> list[Timing]:
+def timings_of_results(
+    entries: Sequence[Mapping[str, Any]], device: str | None = None
+) -> list[Timing]:
     """`timings` of result entries (`TuningStore.export`'s, an imported file's): each best
     config at its median, and SDPA's default and flash backends where the entry timed them.
     An entry whose config no longer validates is left out."""
@@ -118,15 +127,20 @@ def timings_of_results(entries: Sequence[Mapping[str, Any]], device: str | None 
             problem = Problem(**entry["problem"])
             data = dict(entry["config"])
             family = data.pop("family")
-            rows = [(load_space(family).validate(Config.make(family, data)),
-                     entry.get("median_us"))]
-            rows += [(sdpa.config(**problem.space_values(), backend=backend), entry.get(key))
-                     for backend, key in (("default", "sdpa_default_us"),
-                                          ("flash", "sdpa_flash_us"))]
+            rows = [
+                (load_space(family).validate(Config.make(family, data)), entry.get("median_us"))
+            ]
+            rows += [
+                (sdpa.config(**problem.space_values(), backend=backend), entry.get(key))
+                for backend, key in (("default", "sdpa_default_us"), ("flash", "sdpa_flash_us"))
+            ]
         except (KeyError, TypeError, ValueError):
             continue
-        found += [Timing(problem, config, float(median)) for config, median in rows
-                  if isinstance(median, (int, float)) and median > 0]
+        found += [
+            Timing(problem, config, float(median))
+            for config, median in rows
+            if isinstance(median, (int, float)) and median > 0
+        ]
     return found
 
 
@@ -146,25 +160,36 @@ def _schema(data: Sequence[Timing]) -> tuple[list[str], list[str], dict[str, lis
     return names, families, {k: sorted(v) for k, v in categories.items()}
 
 
-def _matrix(data: Sequence[Timing], names: list[str], families: list[str],
-            categories: dict[str, list[str]]) -> list[list[float]]:
+def _matrix(
+    data: Sequence[Timing], names: list[str], families: list[str], categories: dict[str, list[str]]
+) -> list[list[float]]:
     rows = []
     for t in data:
-        named = {**problem_features(t.problem),
-                 **config_features(t.config, families, categories)}
+        named = {**problem_features(t.problem), **config_features(t.config, families, categories)}
         rows.append([named.get(n, -1.0) for n in names])
     return rows
 
 
 def data_digest(data: Sequence[Timing]) -> str:
     """SHA-256 of the timings a model is fitted on (order-free)."""
-    lines = sorted(json.dumps([t.problem.as_dict(), t.config.to_json(), round(t.median_us, 6)],
-                              sort_keys=True) for t in data)
+    lines = sorted(
+        json.dumps(
+            [t.problem.as_dict(), t.config.to_json(), round(t.median_us, 6)], sort_keys=True
+        )
+        for t in data
+    )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def fit(data: Sequence[Timing], device: str, *, trees: int = 200, depth: int = 4,
-        learning_rate: float = 0.1, seed: int = 0) -> dict[str, Any]:
+def fit(
+    data: Sequence[Timing],
+    device: str,
+    *,
+    trees: int = 200,
+    depth: int = 4,
+    learning_rate: float = 0.1,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The model document of `data` (at least 20 timings)."""
     from sklearn.ensemble import GradientBoostingRegressor
 
@@ -175,23 +200,38 @@ def fit(data: Sequence[Timing], device: str, *, trees: int = 200, depth: int = 4
     y = [math.log(t.median_us) for t in data]
     ensembles = {}
     for quantile in QUANTILES:
-        model = GradientBoostingRegressor(loss="quantile", alpha=_ALPHAS[quantile],
-                                          n_estimators=trees, max_depth=depth,
-                                          learning_rate=learning_rate, random_state=seed)
+        model = GradientBoostingRegressor(
+            loss="quantile",
+            alpha=_ALPHAS[quantile],
+            n_estimators=trees,
+            max_depth=depth,
+            learning_rate=learning_rate,
+            random_state=seed,
+        )
         model.fit(x, y)
         ensembles[quantile] = _export(model)
     doc: dict[str, Any] = {
-        "format": FORMAT, "version": VERSION, "device": device, "features": names,
-        "families": families, "categories": categories,
+        "format": FORMAT,
+        "version": VERSION,
+        "device": device,
+        "features": names,
+        "families": families,
+        "categories": categories,
         "kernel_sources": {f: family_source_hash(load_space(f)) for f in families},
-        "data_digest": data_digest(data), "timings": len(data),
+        "data_digest": data_digest(data),
+        "timings": len(data),
         "problems": len({t.problem for t in data}),
         # Which problems the fit saw: a benchmark of generalization refuses to judge on them.
         "fit_problems": sorted(problem_row(p) for p in {t.problem for t in data}),
         "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "learner": {"library": "scikit-learn GradientBoostingRegressor", "loss": "quantile",
-                    "trees": trees, "max_depth": depth, "learning_rate": learning_rate,
-                    "seed": seed},
+        "learner": {
+            "library": "scikit-learn GradientBoostingRegressor",
+            "loss": "quantile",
+            "trees": trees,
+            "max_depth": depth,
+            "learning_rate": learning_rate,
+            "seed": seed,
+        },
         "ensembles": ensembles,
     }
     doc["digest"] = digest_of(doc)
@@ -202,12 +242,20 @@ def _export(model: Any) -> dict[str, Any]:
     trees = []
     for (estimator,) in model.estimators_:
         tree = estimator.tree_
-        trees.append({"left": tree.children_left.tolist(), "right": tree.children_right.tolist(),
-                      "feature": [max(0, int(f)) for f in tree.feature],
-                      "threshold": [float(t) for t in tree.threshold],
-                      "value": [float(v) for v in tree.value[:, 0, 0]]})
-    return {"init": float(model.init_.constant_.ravel()[0]),
-            "learning_rate": float(model.learning_rate), "trees": trees}
+        trees.append(
+            {
+                "left": tree.children_left.tolist(),
+                "right": tree.children_right.tolist(),
+                "feature": [max(0, int(f)) for f in tree.feature],
+                "threshold": [float(t) for t in tree.threshold],
+                "value": [float(v) for v in tree.value[:, 0, 0]],
+            }
+        )
+    return {
+        "init": float(model.init_.constant_.ravel()[0]),
+        "learning_rate": float(model.learning_rate),
+        "trees": trees,
+    }
 
 
 @dataclass(frozen=True)
@@ -225,15 +273,15 @@ class HeldOut:
         return self.__dict__.copy()
 
 
-def held_out(data: Sequence[Timing], device: str, *, folds: int = 5, seed: int = 0,
-             **fit_args: Any) -> list[HeldOut]:
+def held_out(
+    data: Sequence[Timing], device: str, *, folds: int = 5, seed: int = 0, **fit_args: Any
+) -> list[HeldOut]:
     """Cross-validation by problem: each fold's problems are predicted by a model fitted on
     the others; the error per family (families with a timing in some left-out problem)."""
     problems = sorted({t.problem for t in data})
     if len(problems) < folds:
         raise ValueError(f"{len(problems)} problems are too few for {folds} folds")
-    order = sorted(problems, key=lambda p: hashlib.sha256(
-        f"{seed}:{p}".encode()).hexdigest())
+    order = sorted(problems, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())
     fold_of = {p: i % folds for i, p in enumerate(order)}
     errors: dict[str, list[float]] = {}
     inside: dict[str, list[bool]] = {}
@@ -250,6 +298,14 @@ def held_out(data: Sequence[Timing], device: str, *, folds: int = 5, seed: int =
             errors.setdefault(family, []).append(abs(guess.median_us / t.median_us - 1))
             inside.setdefault(family, []).append(guess.low_us <= t.median_us <= guess.high_us)
             seen.setdefault(family, set()).add(t.problem)
-    return [HeldOut(f, len(errors[f]), len(seen[f]), statistics.median(errors[f]),
-                    sorted(errors[f])[int(0.9 * (len(errors[f]) - 1))],
-                    sum(inside[f]) / len(inside[f])) for f in sorted(errors)]
+    return [
+        HeldOut(
+            f,
+            len(errors[f]),
+            len(seen[f]),
+            statistics.median(errors[f]),
+            sorted(errors[f])[int(0.9 * (len(errors[f]) - 1))],
+            sum(inside[f]) / len(inside[f]),
+        )
+        for f in sorted(errors)
+    ]

@@ -93,13 +93,18 @@ class FamilySearch(Counted):
     counts: SearchCounts
 
 
-def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, space: Space,
-                     target: Target, settings: SearchSettings) -> list[Config]:
+def warm_start_seeds(
+    store: TuningStore,
+    device: DeviceInfo,
+    problem: Problem,
+    space: Space,
+    target: Target,
+    settings: SearchSettings,
+) -> list[Config]:
     """Configs to try first: the best config of the nearest tuned problem, the family's default
     for the problem class, then best configs of other problems of the class."""
     fixed = problem.space_values()
-    near = (store.nearest(device, problem, family=space.family) if settings.warm_start
-            else None)
+    near = store.nearest(device, problem, family=space.family) if settings.warm_start else None
     seeds = [near[0].config] if near else []
     default = space.heuristic(fixed) if settings.seed_heuristic else None
     if default is not None and space.is_valid(default, target):
@@ -107,16 +112,26 @@ def warm_start_seeds(store: TuningStore, device: DeviceInfo, problem: Problem, s
     for record in store.list_best(device) if settings.warm_start else []:
         if len(seeds) >= settings.warm_start + int(default is not None):
             break
-        if record.config.family == space.family and record.problem != problem and all(
-                record.config[k] == v for k, v in fixed.items()):
+        if (
+            record.config.family == space.family
+            and record.problem != problem
+            and all(record.config[k] == v for k, v in fixed.items())
+        ):
             seeds.append(record.config)
     return seeds
 
 
-def search_family(problem: Problem, family: str, name: str, backend: Backend,
-                  store: TuningStore, settings: SearchSettings, sdpa_default: float | None,
-                  on_progress: Callable[[Progress], None] | None,
-                  ranked: Sequence[tuple[Config, Prediction]] = ()) -> FamilySearch:
+def search_family(
+    problem: Problem,
+    family: str,
+    name: str,
+    backend: Backend,
+    store: TuningStore,
+    settings: SearchSettings,
+    sdpa_default: float | None,
+    on_progress: Callable[[Progress], None] | None,
+    ranked: Sequence[tuple[Config, Prediction]] = (),
+) -> FamilySearch:
     """One family's study (`name`): `settings.trials` configs evaluated (with `resume`, up to
     that many of today's builds in the study), fewer when the time budget runs out, the space
     is exhausted or the strategy has nothing new to propose. With `settings.sweep_launch`, a
@@ -139,12 +154,20 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
     progress.best_us = knowledge.best_us
     ran = knowledge.builds_today if sweep else knowledge.ran_today
     budget = max(0, settings.trials - ran) if settings.resume else settings.trials
-    seeds = (warm_start_seeds(store, device, problem, space, target, settings)
-             if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
-             else [])
-    strategy = strategy_for(settings, study, target, known, seeds,
-                            settle=lambda: study.settle_abandoned(store, device, problem),
-                            ranked=ranked)
+    seeds = (
+        warm_start_seeds(store, device, problem, space, target, settings)
+        if settings.sampler != "grid" and (settings.warm_start or settings.seed_heuristic)
+        else []
+    )
+    strategy = strategy_for(
+        settings,
+        study,
+        target,
+        known,
+        seeds,
+        settle=lambda: study.settle_abandoned(store, device, problem),
+        ranked=ranked,
+    )
 
     def tell(proposal: Proposal, outcome: Outcome) -> None:
         strategy.tell(proposal, outcome)
@@ -156,13 +179,16 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
     start = time.monotonic()
 
     def out_of_time() -> bool:
-        return (settings.time_budget_s is not None
-                and time.monotonic() - start > settings.time_budget_s)
+        return (
+            settings.time_budget_s is not None
+            and time.monotonic() - start > settings.time_budget_s
+        )
 
     stale_asks = 0
     repeats = 0  # repeats in a row (REPEATS_BEFORE_FRESH)
     fresh_picks = random.Random(settings.seed)
     infrastructure = 0  # consecutive trials lost to the machinery
+
     def counted() -> int:  # what `budget` counts: configs, or builds when launch values sweep
         return progress.evaluated - progress.swept
 
@@ -181,15 +207,24 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
             if sibling.digest in known or sibling.digest in queued or out_of_time():
                 continue
             [build] = backend.build([sibling])
-            result = backend.evaluate(problem, build, rounds=settings.rounds,
-                                      round_ms=settings.round_ms)
+            result = backend.evaluate(
+                problem, build, rounds=settings.rounds, round_ms=settings.round_ms
+            )
             if result.status == Status.INFRASTRUCTURE:
                 continue  # the machinery's: the sibling is left for a later session
-            store.record_trial(device, problem, result, build=build, study=name,
-                               phase="search", baseline_us=result.baseline_us or sdpa_default)
+            store.record_trial(
+                device,
+                problem,
+                result,
+                build=build,
+                study=name,
+                phase="search",
+                baseline_us=result.baseline_us or sdpa_default,
+            )
             value = result.median_us if result.ok else None
-            study.record(sibling, Outcome(Status(result.status), value, result.reason[:2000]),
-                         build.key)
+            study.record(
+                sibling, Outcome(Status(result.status), value, result.reason[:2000]), build.key
+            )
             known[sibling.digest] = value
             if value is not None:
                 progress.found(value)
@@ -217,15 +252,24 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                 continue
             if config.digest in known or any(p.config.digest == config.digest for p in pending):
                 value = known.get(config.digest)
-                tell(proposal, Outcome(Status.REPEAT, value, "" if value is not None else
-                                       "an earlier trial of this config failed"))
+                tell(
+                    proposal,
+                    Outcome(
+                        Status.REPEAT,
+                        value,
+                        "" if value is not None else "an earlier trial of this config failed",
+                    ),
+                )
                 progress.counts.repeated += 1
                 stale_asks += 1
                 repeats += 1
                 # Not past STALE_ASKS (the loop ends there: a pick would be left queued), and
                 # not for grid, which walks its own queue of every valid config.
-                if (repeats % REPEATS_BEFORE_FRESH == 0 and stale_asks < STALE_ASKS
-                        and settings.sampler != "grid"):
+                if (
+                    repeats % REPEATS_BEFORE_FRESH == 0
+                    and stale_asks < STALE_ASKS
+                    and settings.sampler != "grid"
+                ):
                     fresh = _unmeasured(space, by_digest, known, pending)
                     if fresh:
                         study.enqueue([fresh_picks.choice(fresh)])
@@ -246,8 +290,9 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
         with _settled_on_exit(strategy, pending) as told:
             builds = backend.build([p.config for p in pending])  # compile phase
             for proposal, build in zip(pending, builds, strict=True):  # timing phase
-                result = backend.evaluate(problem, build, rounds=settings.rounds,
-                                          round_ms=settings.round_ms)
+                result = backend.evaluate(
+                    problem, build, rounds=settings.rounds, round_ms=settings.round_ms
+                )
                 if result.status == Status.INFRASTRUCTURE:  # the machinery's, not the config's
                     tell(proposal, Outcome(Status.INFRASTRUCTURE, reason=result.reason[:2000]))
                     told.add(proposal.number)
@@ -255,31 +300,51 @@ def search_family(problem: Problem, family: str, name: str, backend: Backend,
                     if infrastructure >= INFRASTRUCTURE_BATCHES * settings.batch_size:
                         raise InfrastructureError(
                             f"{infrastructure} trials in a row could not be built or run, for "
-                            f"reasons that are not the configs': {result.reason}")
+                            f"reasons that are not the configs': {result.reason}"
+                        )
                     continue
                 infrastructure = 0
                 # The study learns the build before the store holds the measurement, and is
                 # told after: a session killed in between leaves a RUNNING trial whose value
                 # the next session finds (Study.settle_abandoned).
                 study.note_build(proposal, build.key)
-                store.record_trial(device, problem, result, build=build, study=name,
-                                   phase="search", baseline_us=result.baseline_us or sdpa_default)
-                tell(proposal, Outcome(Status(result.status),
-                                       result.median_us if result.ok else None,
-                                       result.reason[:2000]))
+                store.record_trial(
+                    device,
+                    problem,
+                    result,
+                    build=build,
+                    study=name,
+                    phase="search",
+                    baseline_us=result.baseline_us or sdpa_default,
+                )
+                tell(
+                    proposal,
+                    Outcome(
+                        Status(result.status),
+                        result.median_us if result.ok else None,
+                        result.reason[:2000],
+                    ),
+                )
                 told.add(proposal.number)
                 report(result)
                 if sweep and result.ok:
                     sweep_launch_values(proposal.config, pending)
 
     measured, optuna_trials = study.trial_counts()
-    return FamilySearch(family, name, study.ranked()[: settings.rerank_top],
-                        replace(progress.counts, total_trials=measured,
-                                optuna_trials=optuna_trials))
+    return FamilySearch(
+        family,
+        name,
+        study.ranked()[: settings.rerank_top],
+        replace(progress.counts, total_trials=measured, optuna_trials=optuna_trials),
+    )
 
 
-def _unmeasured(space: Space, valid: dict[str, ValidConfig], known: dict[str, float | None],
-                pending: list[Proposal]) -> list[ValidConfig]:
+def _unmeasured(
+    space: Space,
+    valid: dict[str, ValidConfig],
+    known: dict[str, float | None],
+    pending: list[Proposal],
+) -> list[ValidConfig]:
     """Valid configs neither measured nor pending, those of builds nothing measured yet if
     any are left (in the space's order, so a seeded pick is reproducible)."""
     taken = set(known) | {p.config.digest for p in pending}
@@ -289,18 +354,20 @@ def _unmeasured(space: Space, valid: dict[str, ValidConfig], known: dict[str, fl
     return unbuilt or untried
 
 
-def _launch_siblings(space: Space, config: Config, valid: dict[str, ValidConfig]
-                     ) -> list[ValidConfig]:
+def _launch_siblings(
+    space: Space, config: Config, valid: dict[str, ValidConfig]
+) -> list[ValidConfig]:
     """The valid configs that differ from `config` in launch parameters only (one build), the
     launch values nearest `config`'s first."""
     params = space.launch_params
     at = [p.values.index(config[p.name]) for p in params]
-    combos = sorted(itertools.product(*(range(len(p.values)) for p in params)),
-                    key=lambda idx: sum(abs(i - a) for i, a in zip(idx, at, strict=True)))
+    combos = sorted(
+        itertools.product(*(range(len(p.values)) for p in params)),
+        key=lambda idx: sum(abs(i - a) for i, a in zip(idx, at, strict=True)),
+    )
     siblings = []
     for idx in combos:
-        sibling = config.replace(**{p.name: p.values[i] for p, i in zip(params, idx,
-                                                                          strict=True)})
+        sibling = config.replace(**{p.name: p.values[i] for p, i in zip(params, idx, strict=True)})
         if sibling.digest != config.digest and sibling.digest in valid:
             siblings.append(valid[sibling.digest])
     return siblings
@@ -321,6 +388,10 @@ def _settled_on_exit(strategy: Strategy, pending: list[Proposal]) -> Iterator[se
             raise
         for proposal in pending:
             if proposal.number not in told:
-                strategy.tell(proposal, Outcome(
-                    Status.INTERRUPTED, reason=f"the session stopped: {type(exc).__name__}"))
+                strategy.tell(
+                    proposal,
+                    Outcome(
+                        Status.INTERRUPTED, reason=f"the session stopped: {type(exc).__name__}"
+                    ),
+                )
         raise

@@ -28,8 +28,9 @@ from ..store.repo import TuningStore
 from .settings import SearchSettings
 
 
-def perf_model_for(settings: SearchSettings, device: DeviceInfo,
-                   store: TuningStore | None = None) -> PerfModel:
+def perf_model_for(
+    settings: SearchSettings, device: DeviceInfo, store: TuningStore | None = None
+) -> PerfModel:
     """The model `settings.perf_model` names, else the one fitted in `store` for this GPU
     model or the one shipped in db/, whichever learnt from more timings (store.perf_models);
     ValueError when there is none (the model sampler has nothing to rank with)."""
@@ -37,15 +38,18 @@ def perf_model_for(settings: SearchSettings, device: DeviceInfo,
         return PerfModel(read_json(Path(settings.perf_model)))
     found, _ = model_for(store, device.name)
     if found is None:
-        raise ValueError(f"no performance model ships for {device.name} nor is one fitted in "
-                         "the database: tune it with another sampler first (the model is "
-                         "fitted after each session), or fit one (`cute-autotune model fit "
-                         "--store`) or pass one (--perf-model)")
+        raise ValueError(
+            f"no performance model ships for {device.name} nor is one fitted in "
+            "the database: tune it with another sampler first (the model is "
+            "fitted after each session), or fit one (`cute-autotune model fit "
+            "--store`) or pass one (--perf-model)"
+        )
     return found
 
 
-def ranked_builds(model: PerfModel, problem: Problem, family: str, target: Target
-                  ) -> list[tuple[ValidConfig, Prediction]]:
+def ranked_builds(
+    model: PerfModel, problem: Problem, family: str, target: Target
+) -> list[tuple[ValidConfig, Prediction]]:
     """One config per build of `family`'s valid configs for `problem` (its launch values
     predicted best), fastest predicted first; empty when the model knows nothing of the
     family (it would predict from features it never saw vary)."""
@@ -79,13 +83,17 @@ def shipped_seeds(problem: Problem, family: str, device: DeviceInfo) -> list[Val
             continue
         for entry in entries:
             config, source = entry.result.config, entry.problem
-            if (entry.device.name, entry.device.sm_count) != (device.name, device.sm_count) \
-                    or config.family != family or source.kv_cache != problem.kv_cache \
-                    or (source.head_dim, source.causal) != (problem.head_dim, problem.causal):
+            if (
+                (entry.device.name, entry.device.sm_count) != (device.name, device.sm_count)
+                or config.family != family
+                or source.kv_cache != problem.kv_cache
+                or (source.head_dim, source.causal) != (problem.head_dim, problem.causal)
+            ):
                 continue
             try:
-                seed = space.validate(Config.make(family, {**dict(config.values),
-                                                           "dtype": problem.dtype}))
+                seed = space.validate(
+                    Config.make(family, {**dict(config.values), "dtype": problem.dtype})
+                )
             except InvalidConfig:
                 continue
             twin = 0.0 if source.dtype == problem.dtype else 1.0
@@ -103,18 +111,25 @@ class QuickPlan:
         return [c for ranked in self.per_family.values() for c, _ in ranked]
 
 
-def quick_plan(model: PerfModel, problem: Problem, families: Sequence[str], target: Target,
-               builds: int) -> QuickPlan:
+def quick_plan(
+    model: PerfModel, problem: Problem, families: Sequence[str], target: Target, builds: int
+) -> QuickPlan:
     """`builds` builds in all, the fastest predicted across the families, each family the
     model knows keeping at least its own best (the model's error between families is larger
     than within one)."""
     ranked = {f: ranked_builds(model, problem, f, target) for f in families}
     chosen: dict[str, list[tuple[ValidConfig, Prediction]]] = {
-        f: r[:1] for f, r in ranked.items() if r}
-    pool = sorted(((guess.median_us, f, i) for f, r in ranked.items()
-                   for i, (_, guess) in enumerate(r) if i > 0))
+        f: r[:1] for f, r in ranked.items() if r
+    }
+    pool = sorted(
+        (
+            (guess.median_us, f, i)
+            for f, r in ranked.items()
+            for i, (_, guess) in enumerate(r)
+            if i > 0
+        )
+    )
     left = max(0, builds - sum(len(c) for c in chosen.values()))
     for _, family, i in pool[:left]:
         chosen[family].append(ranked[family][i])
-    return QuickPlan({f: sorted(c, key=lambda pair: pair[1].median_us)
-                      for f, c in chosen.items()})
+    return QuickPlan({f: sorted(c, key=lambda pair: pair[1].median_us) for f, c in chosen.items()})

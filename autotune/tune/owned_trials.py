@@ -30,31 +30,33 @@ from .._process import OWNER_ATTR, this_process
 
 def _own(session: Any, trial_id: int) -> None:
     """The owner and a first heartbeat of a trial made RUNNING in `session`'s transaction."""
-    session.add(models.TrialUserAttributeModel(
-        trial_id=trial_id, key=OWNER_ATTR, value_json=json.dumps(this_process().as_json())))
+    session.add(
+        models.TrialUserAttributeModel(
+            trial_id=trial_id, key=OWNER_ATTR, value_json=json.dumps(this_process().as_json())
+        )
+    )
     session.add(models.TrialHeartbeatModel(trial_id=trial_id))
 
 
 class OwnedTrialsStorage(RDBStorage):
     """RDBStorage whose RUNNING trials are owned from the transaction that makes them so."""
 
-    def _get_prepared_new_trial(self, study_id: int, template_trial: FrozenTrial | None,
-                                session: Any) -> Any:
+    def _get_prepared_new_trial(
+        self, study_id: int, template_trial: FrozenTrial | None, session: Any
+    ) -> Any:
         trial = super()._get_prepared_new_trial(study_id, template_trial, session)
         if template_trial is None:  # asked: RUNNING from now (a template is a whole trial)
             _own(session, trial.trial_id)
         return trial
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Any = None) -> bool:
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
         if state != TrialState.RUNNING:
             return bool(super().set_trial_state_values(trial_id, state, values))
         # A queued trial taken to run: RDBStorage's own steps for this case (it takes only a
         # WAITING trial; another process may have taken it first), with the owner added.
         try:
             with _create_scoped_session(self.scoped_session) as session:
-                trial = models.TrialModel.find_or_raise_by_id(trial_id, session,
-                                                              for_update=True)
+                trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
                 if trial.state != TrialState.WAITING:
                     return False
                 trial.state = TrialState.RUNNING

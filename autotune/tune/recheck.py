@@ -39,8 +39,11 @@ def version_changes(then: Environment | None, now: Environment | None) -> str:
     recording). A version only one side names is not compared."""
     if then is None or now is None:
         return "unknown"
-    known = [(label, a, b) for label, a, b in zip(_SOFTWARE, then.software(), now.software(),
-                                                   strict=True) if a and b]
+    known = [
+        (label, a, b)
+        for label, a, b in zip(_SOFTWARE, then.software(), now.software(), strict=True)
+        if a and b
+    ]
     if not known:
         return "unknown"
     changed = [f"{label} {a} -> {b}" for label, a, b in known if a != b]
@@ -72,28 +75,43 @@ class RecheckRow:
         def timing(t: TrialResult | None) -> dict[str, Any] | None:
             if t is None:
                 return None
-            return {"config": t.config.as_dict(), "name": _name(t.config),
-                    "median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us}
+            return {
+                "config": t.config.as_dict(),
+                "name": _name(t.config),
+                "median_us": t.median_us,
+                "p20_us": t.p20_us,
+                "p80_us": t.p80_us,
+            }
 
-        return {"device": self.device.as_dict(), "problem": self.problem.as_dict(),
-                "stored": self.stored.as_dict(), "stored_name": _name(self.stored),
-                "stored_then_us": self.stored_then_us,
-                "then": self.then.as_dict() if self.then else None,
-                "now": self.now.as_dict() if self.now else None, "versions": self.versions,
-                "stored_now": timing(self.stored_now), "fastest_now": timing(self.fastest_now),
-                "verdict": self.verdict, "finalists": self.finalists}
+        return {
+            "device": self.device.as_dict(),
+            "problem": self.problem.as_dict(),
+            "stored": self.stored.as_dict(),
+            "stored_name": _name(self.stored),
+            "stored_then_us": self.stored_then_us,
+            "then": self.then.as_dict() if self.then else None,
+            "now": self.now.as_dict() if self.now else None,
+            "versions": self.versions,
+            "stored_now": timing(self.stored_now),
+            "fastest_now": timing(self.fastest_now),
+            "verdict": self.verdict,
+            "finalists": self.finalists,
+        }
 
 
 def _name(config: Config) -> str:
     return load_space(config.family).name_of(config)
 
 
-def runners_up(session: Sequence[TrialResult], winner: Config,
-               per_family: int = RUNNERS_UP_PER_FAMILY) -> list[Config]:
+def runners_up(
+    session: Sequence[TrialResult], winner: Config, per_family: int = RUNNERS_UP_PER_FAMILY
+) -> list[Config]:
     """The kernel configs a re-ranking timed besides `winner` (those that ran), the fastest
     `per_family` of each family; SDPA's backends are left out (every recheck times them all)."""
-    ranked = sorted((t for t in session if t.ok and t.config.family != SDPA_FAMILY
-                     and t.config != winner), key=lambda t: t.median_us or 0.0)
+    ranked = sorted(
+        (t for t in session if t.ok and t.config.family != SDPA_FAMILY and t.config != winner),
+        key=lambda t: t.median_us or 0.0,
+    )
     kept: list[Config] = []
     count: dict[str, int] = {}
     for t in ranked:
@@ -116,9 +134,14 @@ def _high(t: TrialResult) -> float:
     return value
 
 
-def recheck(store: TuningStore, backend: Backend, problems: Sequence[Problem] | None = None,
-            settings: SearchSettings | None = None, *,
-            on_row: Callable[[RecheckRow], None] | None = None) -> list[RecheckRow]:
+def recheck(
+    store: TuningStore,
+    backend: Backend,
+    problems: Sequence[Problem] | None = None,
+    settings: SearchSettings | None = None,
+    *,
+    on_row: Callable[[RecheckRow], None] | None = None,
+) -> list[RecheckRow]:
     """Recheck every stored best of the backend's GPU model (of `problems` only, when given),
     in the database's order, each re-timed with `settings` (default: those of tune's
     re-ranking); `on_row` is told each row as it is done."""
@@ -136,23 +159,43 @@ def recheck(store: TuningStore, backend: Backend, problems: Sequence[Problem] | 
     return rows
 
 
-def _recheck_one(store: TuningStore, backend: Backend, device: DeviceInfo,
-                 record: BestRecord, settings: SearchSettings) -> RecheckRow:
+def _recheck_one(
+    store: TuningStore,
+    backend: Backend,
+    device: DeviceInfo,
+    record: BestRecord,
+    settings: SearchSettings,
+) -> RecheckRow:
     problem, stored = record.problem, record.config
     then = store.best_environment(device, problem)
-    configs = [stored, *runners_up(store.latest_rerank(device, problem), stored),
-               *sdpa_configs(problem)]
+    configs = [
+        stored,
+        *runners_up(store.latest_rerank(device, problem), stored),
+        *sdpa_configs(problem),
+    ]
     finalists = [(study_name(device, c.family, problem), c) for c in dict.fromkeys(configs)]
-    final = rerank_finalists(problem, backend, store, settings, finalists, device, record.study,
-                             record.sdpa_default_us, trials=record.trials, phase=PHASE,
-                             write_best=False)
+    final = rerank_finalists(
+        problem,
+        backend,
+        store,
+        settings,
+        finalists,
+        device,
+        record.study,
+        record.sdpa_default_us,
+        trials=record.trials,
+        phase=PHASE,
+        write_best=False,
+    )
     timed = {r.result.config.digest: r for r in final.reranked}
     mine = timed.get(stored.digest)
-    fastest = min(final.reranked, key=lambda r: r.result.median_us or float("inf"),
-                  default=None)
+    fastest = min(final.reranked, key=lambda r: r.result.median_us or float("inf"), default=None)
     envs = [r.result.env for r in final.reranked if r.result.env is not None]
-    now = mine.result.env if mine is not None and mine.result.env is not None else (
-        envs[0] if envs else None)
+    now = (
+        mine.result.env
+        if mine is not None and mine.result.env is not None
+        else (envs[0] if envs else None)
+    )
     if fastest is None:
         verdict = KEPT_NOTHING
     elif mine is None:
@@ -165,17 +208,33 @@ def _recheck_one(store: TuningStore, backend: Backend, device: DeviceInfo,
         default = final.baselines.get("default")
         flash = final.baselines.get("flash")
         store.set_best(
-            device, problem, new, measurement_id=fastest.measurement_id, study=fastest.study,
+            device,
+            problem,
+            new,
+            measurement_id=fastest.measurement_id,
+            study=fastest.study,
             trials=record.trials,
             sdpa_default_us=default.median_us if default else record.sdpa_default_us,
             sdpa_flash_us=flash.median_us if flash else record.sdpa_flash_us,
-            decision=(f"re-decided by recheck: {_name(new.config)} p80 {_high(new):.1f} us "
-                      f"below {_name(stored)} p20 {_low(old):.1f} us (p20-p80 ranges apart; "
-                      f"stored {record.median_us:.1f} us); versions: "
-                      f"{version_changes(then, now)}"),
-            runner_up_us=old.median_us)
+            decision=(
+                f"re-decided by recheck: {_name(new.config)} p80 {_high(new):.1f} us "
+                f"below {_name(stored)} p20 {_low(old):.1f} us (p20-p80 ranges apart; "
+                f"stored {record.median_us:.1f} us); versions: "
+                f"{version_changes(then, now)}"
+            ),
+            runner_up_us=old.median_us,
+        )
     else:
         verdict = KEPT_NOISE
-    return RecheckRow(device, problem, stored, record.median_us, then, now,
-                      mine.result if mine else None, fastest.result if fastest else None,
-                      verdict, len(finalists))
+    return RecheckRow(
+        device,
+        problem,
+        stored,
+        record.median_us,
+        then,
+        now,
+        mine.result if mine else None,
+        fastest.result if fastest else None,
+        verdict,
+        len(finalists),
+    )

@@ -49,38 +49,55 @@ def fitted_subset(data: list[Timing], limit: int = MAX_TIMINGS) -> list[Timing]:
         return data
 
     def key(t: Timing) -> str:
-        line = json.dumps([t.problem.as_dict(), t.config.to_json(), round(t.median_us, 6)],
-                          sort_keys=True)
+        line = json.dumps(
+            [t.problem.as_dict(), t.config.to_json(), round(t.median_us, 6)], sort_keys=True
+        )
         return hashlib.sha256(line.encode()).hexdigest()
 
     return sorted(data, key=key)[:limit]
 
 
-def refit(store: TuningStore, device: str, fitted_by: str, *,
-          trees: int = REFIT_TREES, depth: int = 4) -> RefitOutcome:
+def refit(
+    store: TuningStore, device: str, fitted_by: str, *, trees: int = REFIT_TREES, depth: int = 4
+) -> RefitOutcome:
     """Fit `device`'s model over `store` and keep it there, unless the data are those of the
     stored model already, too few, or scikit-learn is missing."""
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        return RefitOutcome(device, "no scikit-learn", 0,
-                            "the performance model was not refitted: scikit-learn is not "
-                            "installed (pip install scikit-learn)")
+        return RefitOutcome(
+            device,
+            "no scikit-learn",
+            0,
+            "the performance model was not refitted: scikit-learn is not "
+            "installed (pip install scikit-learn)",
+        )
     data = fitted_subset(database_timings(store, device))
     if len(data) < MIN_TIMINGS:
-        return RefitOutcome(device, "too few", len(data),
-                            f"the performance model of {device} was not fitted: "
-                            f"{len(data)} timings in the database ({MIN_TIMINGS} at least)")
+        return RefitOutcome(
+            device,
+            "too few",
+            len(data),
+            f"the performance model of {device} was not fitted: "
+            f"{len(data)} timings in the database ({MIN_TIMINGS} at least)",
+        )
     models = PerfModels(store)
     stored = models.describe(device)
     if stored is not None and stored.data_digest == data_digest(data):
-        return RefitOutcome(device, "unchanged", len(data),
-                            f"the performance model of {device} is up to date "
-                            f"({len(data)} timings)")
+        return RefitOutcome(
+            device,
+            "unchanged",
+            len(data),
+            f"the performance model of {device} is up to date ({len(data)} timings)",
+        )
     models.save(fit(data, device, trees=trees, depth=depth), fitted_by)
-    return RefitOutcome(device, "fitted", len(data),
-                        f"refitted the performance model of {device} over {len(data)} "
-                        f"timings of {_count(len({t.problem for t in data}), 'problem')}")
+    return RefitOutcome(
+        device,
+        "fitted",
+        len(data),
+        f"refitted the performance model of {device} over {len(data)} "
+        f"timings of {_count(len({t.problem for t in data}), 'problem')}",
+    )
 
 
 def _count(n: int, noun: str) -> str:

@@ -23,24 +23,37 @@ class SessionResult:
     done_before: list[Problem] = field(default_factory=list)  # every family searched already
 
 
-def families_left(store: TuningStore, backend: Backend, problem: Problem,
-                  families: Sequence[str]) -> list[str]:
+def families_left(
+    store: TuningStore, backend: Backend, problem: Problem, families: Sequence[str]
+) -> list[str]:
     """The families of `families` not yet searched for `problem` on the backend's GPU. A family
     searched by an earlier piece defends its place through its best config in the re-timing of
     the families still to search; one whose kernel changed since (another build key) is searched
     again."""
     device = backend.device()
-    return [f for f in families if not store.family_tuned(
-        device, problem, study_name(device, f, problem), current_key=backend.build_key)]
+    return [
+        f
+        for f in families
+        if not store.family_tuned(
+            device, problem, study_name(device, f, problem), current_key=backend.build_key
+        )
+    ]
 
 
-def run_session(problems: Sequence[Problem], *, db: str | None, backend: Backend,
-                settings: SearchSettings, families: Sequence[str], skip_tuned: bool = False,
-                stop_after: float | None = None,
-                on_start: Callable[[int, Problem], None] | None = None,
-                on_end: Callable[[Problem], None] | None = None,
-                on_progress: Callable[[Progress], None] | None = None,
-                on_outcome: Callable[[TuneOutcome], None] | None = None) -> SessionResult:
+def run_session(
+    problems: Sequence[Problem],
+    *,
+    db: str | None,
+    backend: Backend,
+    settings: SearchSettings,
+    families: Sequence[str],
+    skip_tuned: bool = False,
+    stop_after: float | None = None,
+    on_start: Callable[[int, Problem], None] | None = None,
+    on_end: Callable[[Problem], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_outcome: Callable[[TuneOutcome], None] | None = None,
+) -> SessionResult:
     """Tune each problem in turn on `backend` into `db`. `skip_tuned`: search only the families
     no earlier session searched (a problem with none left is passed over); `stop_after`: start
     no problem once that many seconds have gone (those left are in `skipped`, for the next
@@ -53,24 +66,37 @@ def run_session(problems: Sequence[Problem], *, db: str | None, backend: Backend
         if stop_after is not None and time.monotonic() - start > stop_after:
             result.skipped.append(problem)
         else:
-            todo = list(families) if store is None else families_left(store, backend, problem,
-                                                                      families)
+            todo = (
+                list(families)
+                if store is None
+                else families_left(store, backend, problem, families)
+            )
             if not todo:
                 result.done_before.append(problem)
             else:
                 if on_start:
                     on_start(i, problem)
-                outcomes = tune(problem, db=db, backend=backend, settings=settings,
-                                families=todo, on_progress=on_progress, on_outcome=on_outcome)
+                outcomes = tune(
+                    problem,
+                    db=db,
+                    backend=backend,
+                    settings=settings,
+                    families=todo,
+                    on_progress=on_progress,
+                    on_outcome=on_outcome,
+                )
                 result.outcomes.extend(outcomes)
         if on_end:
             on_end(problem)
     return result
 
 
-def frequent_misses(store: TuningStore, device: DeviceInfo,
-                    keep: Callable[[list[Problem]], list[Problem]] = list,
-                    top: int = 10) -> list[tuple[Problem, int]]:
+def frequent_misses(
+    store: TuningStore,
+    device: DeviceInfo,
+    keep: Callable[[list[Problem]], list[Problem]] = list,
+    top: int = 10,
+) -> list[tuple[Problem, int]]:
     """The problems `attention()` served most often on `device`'s GPU model without an exact
     tuned entry (the calls of every path added up), with their call counts: the first `top` of
     those `keep` keeps, most calls first (the latest seen first on ties). A problem tuned since

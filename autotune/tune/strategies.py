@@ -62,12 +62,21 @@ def sampler_for(settings: SearchSettings, launch_params: Iterable[str] = ()) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         tpe = optuna.samplers.TPESampler(
-            seed=settings.seed, multivariate=True, group=True, constant_liar=True,
-            n_startup_trials=0 if launch_params else settings.tpe_startup)
+            seed=settings.seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=0 if launch_params else settings.tpe_startup,
+        )
     if not launch_params:
         return tpe
-    return BuildStartupSampler(tpe, optuna.samplers.RandomSampler(seed=settings.seed),
-                               settings.tpe_startup, launch_params, settings.seed)
+    return BuildStartupSampler(
+        tpe,
+        optuna.samplers.RandomSampler(seed=settings.seed),
+        settings.tpe_startup,
+        launch_params,
+        settings.seed,
+    )
 
 
 class BuildStartupSampler:
@@ -81,8 +90,14 @@ class BuildStartupSampler:
     size the exhaustive best uses. A sampler in Optuna's sense (the calls its studies make),
     built from two."""
 
-    def __init__(self, tpe: Any, random: Any, startup: int, launch_params: tuple[str, ...],
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        tpe: Any,
+        random: Any,
+        startup: int,
+        launch_params: tuple[str, ...],
+        seed: int | None = None,
+    ) -> None:
         import numpy
 
         self._tpe, self._random = tpe, random
@@ -94,10 +109,16 @@ class BuildStartupSampler:
         import optuna
 
         trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        builds = {tuple(sorted((k, repr(v)) for k, v in t.params.items()
-                               if k not in self.launch_params)): t.params for t in trials}
-        return [{k: v for k, v in params.items() if k not in self.launch_params}
-                for params in builds.values()]
+        builds = {
+            tuple(
+                sorted((k, repr(v)) for k, v in t.params.items() if k not in self.launch_params)
+            ): t.params
+            for t in trials
+        }
+        return [
+            {k: v for k, v in params.items() if k not in self.launch_params}
+            for params in builds.values()
+        ]
 
     def _starting(self, study: Any) -> bool:
         return len(self.measured_builds(study)) < self.startup
@@ -108,23 +129,24 @@ class BuildStartupSampler:
         space: dict[str, Any] = self._tpe.infer_relative_search_space(study, trial)
         return space
 
-    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]
-                        ) -> dict[str, Any]:
+    def sample_relative(
+        self, study: Any, trial: Any, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
         if not search_space:
             return {}
         params: dict[str, Any] = self._tpe.sample_relative(study, trial, search_space)
         return params
 
-    def sample_independent(self, study: Any, trial: Any, param_name: str,
-                           param_distribution: Any) -> Any:
+    def sample_independent(
+        self, study: Any, trial: Any, param_name: str, param_distribution: Any
+    ) -> Any:
         if not self._starting(study):
             return self._tpe.sample_independent(study, trial, param_name, param_distribution)
         from optuna.trial import TrialState
 
         choices = getattr(param_distribution, "choices", None)
         if param_name in self.launch_params or choices is None:
-            return self._random.sample_independent(study, trial, param_name,
-                                                   param_distribution)
+            return self._random.sample_independent(study, trial, param_name, param_distribution)
         # Pruned proposals count too (a value whose rarest pairing is invalid moves on), and
         # so do the batch's proposals not yet timed (a batch spreads out).
         others = study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.RUNNING))
@@ -170,12 +192,18 @@ class GridSearch:
     """Every valid config not measured yet, each once, in the space's order; then None. A
     config lost to the machinery is not proposed again this session (the next one tries it)."""
 
-    def __init__(self, study: Study, target: Target, known: Mapping[str, float | None],
-                 settle: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        study: Study,
+        target: Target,
+        known: Mapping[str, float | None],
+        settle: Callable[[], None],
+    ) -> None:
         self._study = study
         self._settle = settle
-        self._todo = [c for c in study.space.valid_configs(target, study.fixed)
-                      if c.digest not in known]
+        self._todo = [
+            c for c in study.space.valid_configs(target, study.fixed) if c.digest not in known
+        ]
         self._asked: set[str] = set()
         study.enqueue(self._todo)
         # The study's whole queue: configs an earlier session left queued are asked first.
@@ -227,8 +255,9 @@ class LocalSearch:
     finds the last few percent slowly; the best config is usually one step from a good one (a
     stage count, a tile edge)."""
 
-    def __init__(self, inner: Strategy, study: Study, target: Target,
-                 known: Mapping[str, float | None]) -> None:
+    def __init__(
+        self, inner: Strategy, study: Study, target: Target, known: Mapping[str, float | None]
+    ) -> None:
         self._inner, self._study, self._target = inner, study, target
         self._known = dict(known)
 
@@ -250,8 +279,13 @@ class WarmStart:
     """`seeds` not measured yet, in their order, before anything `inner` proposes: queued on the
     study when made, ahead of what `inner` queues per batch."""
 
-    def __init__(self, inner: Strategy, study: Study, seeds: Iterable[Config],
-                 known: Mapping[str, float | None]) -> None:
+    def __init__(
+        self,
+        inner: Strategy,
+        study: Study,
+        seeds: Iterable[Config],
+        known: Mapping[str, float | None],
+    ) -> None:
         self._inner = inner
         study.enqueue(c for c in dict.fromkeys(seeds) if c.digest not in known)
 
@@ -276,13 +310,16 @@ class ModelRanked:
 
     MIN_MEASURED = 2
 
-    def __init__(self, study: Study, ranked: Sequence[tuple[Config, Prediction]],
-                 known: Mapping[str, float | None]) -> None:
+    def __init__(
+        self,
+        study: Study,
+        ranked: Sequence[tuple[Config, Prediction]],
+        known: Mapping[str, float | None],
+    ) -> None:
         self._study = study
         self._predicted = {c.digest: guess for c, guess in ranked}
         self._todo = [c for c, _ in ranked if c.digest not in known]
-        self._measured = {d: v for d, v in known.items()
-                          if v is not None and d in self._predicted}
+        self._measured = {d: v for d, v in known.items() if v is not None and d in self._predicted}
         self._asked: set[str] = set()
 
     def begin_batch(self, size: int) -> None:
@@ -312,15 +349,23 @@ class ModelRanked:
 
     def tell(self, proposal: Proposal, outcome: Outcome) -> None:
         self._study.tell(proposal, outcome)
-        if outcome.measured and outcome.value is not None \
-                and proposal.config.digest in self._predicted:
+        if (
+            outcome.measured
+            and outcome.value is not None
+            and proposal.config.digest in self._predicted
+        ):
             self._measured[proposal.config.digest] = outcome.value
 
 
-def strategy_for(settings: SearchSettings, study: Study, target: Target,
-                 known: Mapping[str, float | None], seeds: Iterable[Config] = (),
-                 settle: Callable[[], None] = lambda: None,
-                 ranked: Sequence[tuple[Config, Prediction]] = ()) -> Strategy:
+def strategy_for(
+    settings: SearchSettings,
+    study: Study,
+    target: Target,
+    known: Mapping[str, float | None],
+    seeds: Iterable[Config] = (),
+    settle: Callable[[], None] = lambda: None,
+    ranked: Sequence[tuple[Config, Prediction]] = (),
+) -> Strategy:
     """The strategy `settings` name, on a study opened with `sampler_for(settings)`. `known`:
     what the study measured already (by digest); `seeds`: configs to try first (not by grid,
     which tries everything); `settle`: settles the trials of processes gone since the session
@@ -328,8 +373,9 @@ def strategy_for(settings: SearchSettings, study: Study, target: Target,
     the model sampler's configs with their predictions (tune/model_seeding.py)."""
     if settings.sampler == "grid":
         return GridSearch(study, target, known, settle)
-    strategy: Strategy = (ModelRanked(study, ranked, known) if settings.sampler == "model"
-                          else SamplerSearch(study))
+    strategy: Strategy = (
+        ModelRanked(study, ranked, known) if settings.sampler == "model" else SamplerSearch(study)
+    )
     if settings.local_search and settings.sampler == "tpe":
         strategy = LocalSearch(strategy, study, target, known)
     seeds = list(seeds)
@@ -338,8 +384,9 @@ def strategy_for(settings: SearchSettings, study: Study, target: Target,
     return strategy
 
 
-def neighbours(space: Space, target: Target, fixed: Mapping[str, Value],
-               known: Mapping[str, float | None]) -> list[Config]:
+def neighbours(
+    space: Space, target: Target, fixed: Mapping[str, Value], known: Mapping[str, float | None]
+) -> list[Config]:
     """Valid, untried configs one parameter away from good measured ones, best parents first.
 
     Parents are the three fastest configs and, for every value of every parameter, the fastest
@@ -357,8 +404,9 @@ def neighbours(space: Space, target: Target, fixed: Mapping[str, Value],
     for digest in order:
         for name, value in by_digest[digest].values:
             best_with.setdefault((name, value), digest)
-    parents = list(dict.fromkeys(order[:3] + sorted(set(best_with.values()),
-                                                    key=lambda d: timed[d])))
+    parents = list(
+        dict.fromkeys(order[:3] + sorted(set(best_with.values()), key=lambda d: timed[d]))
+    )
     found: dict[str, Config] = {}
     for digest in parents:
         parent = by_digest[digest]

@@ -35,8 +35,13 @@ OBJECTIVE = "median_us"
 # Outcomes that say nothing of the config: neither counted as trials of the study nor held
 # against the config (None: a trial that never ended, or was asked outside the search). Stored
 # attributes are plain strings; a Status compares equal to its string.
-NOT_COUNTED: tuple[Status | None, ...] = (None, Status.INVALID, Status.REPEAT,
-                                          Status.INTERRUPTED, Status.INFRASTRUCTURE)
+NOT_COUNTED: tuple[Status | None, ...] = (
+    None,
+    Status.INVALID,
+    Status.REPEAT,
+    Status.INTERRUPTED,
+    Status.INFRASTRUCTURE,
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,10 @@ class Outcome:
         None) that it fails. A repeat adds nothing; the machinery's failure and an interrupt
         say nothing of the config; a pruned config was never run."""
         return not self.pruned and self.status not in (
-            Status.REPEAT, Status.INFRASTRUCTURE, Status.INTERRUPTED)
+            Status.REPEAT,
+            Status.INFRASTRUCTURE,
+            Status.INTERRUPTED,
+        )
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,9 @@ class Study:
     """One family's Optuna study for one problem (created on first use), with the space its
     trials' parameters come from. `url` None keeps it in memory (tests of strategies)."""
 
-    def __init__(self, name: str, url: str | None, sampler: Any, space: Space,
-                 fixed: Mapping[str, Value]) -> None:
+    def __init__(
+        self, name: str, url: str | None, sampler: Any, space: Space, fixed: Mapping[str, Value]
+    ) -> None:
         import optuna
         from optuna.distributions import BaseDistribution, CategoricalDistribution
 
@@ -92,22 +101,26 @@ class Study:
         self.space = space
         self.fixed = dict(fixed)
         self._storage = optuna_storage(url)
-        self._study = optuna.create_study(study_name=name, storage=self._storage,
-                                          direction="minimize",
-                                          sampler=sampler, load_if_exists=True)
+        self._study = optuna.create_study(
+            study_name=name,
+            storage=self._storage,
+            direction="minimize",
+            sampler=sampler,
+            load_if_exists=True,
+        )
         if self._study.metric_names is None:
             # Optuna's dashboard and exports name the objective by this
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self._study.set_metric_names([OBJECTIVE])
         self._distributions: dict[str, BaseDistribution] = {
-            p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params}
+            p.name: CategoricalDistribution(list(p.values)) for p in space.tunable_params
+        }
         self._running: dict[int, Any] = {}  # asked here and not told yet: number -> Trial
 
     # -- what earlier sessions left --------------------------------------------------------
 
-    def settle_abandoned(self, store: TuningStore, device: DeviceInfo,
-                         problem: Problem) -> None:
+    def settle_abandoned(self, store: TuningStore, device: DeviceInfo, problem: Problem) -> None:
         """Settle the RUNNING trials of processes that are gone (same host, dead pid) or silent
         (no heartbeat for GRACE_S seconds, any host), and those this process abandoned when
         its database connection broke (`abandon_running`): told the outcome their process
@@ -137,15 +150,19 @@ class Study:
         return set(self._storage._get_stale_trial_ids(self._study._study_id))
 
     @staticmethod
-    def _left_behind(frozen: Any, owner: Owner | None, stale: set[int],
-                     now: datetime) -> str | None:
+    def _left_behind(
+        frozen: Any, owner: Owner | None, stale: set[int], now: datetime
+    ) -> str | None:
         """Why no process runs this RUNNING trial (of `owner`) any more, or None while its
         process may still run it. `stale`: `_stale_ids()`; `now`: local time, as Optuna stamps
         a trial's start."""
         if frozen._trial_id in _abandoned:
             return "its process lost the database connection while running it"
-        if _connection_broke and owner == this_process() and not _heartbeats.holds(
-                frozen._trial_id):
+        if (
+            _connection_broke
+            and owner == this_process()
+            and not _heartbeats.holds(frozen._trial_id)
+        ):
             # made RUNNING in the database, in this process's name, by an ask whose
             # connection broke before it returned: no one here runs it
             return "its process lost the database connection while asking it"
@@ -155,18 +172,29 @@ class Study:
             started = frozen.datetime_start
             if started is None or (now - started).total_seconds() < ORPHAN_S:
                 return None
-            return (f"its process died between asking it (at {started:%Y-%m-%d %H:%M:%S}) "
-                    "and naming itself on it")
+            return (
+                f"its process died between asking it (at {started:%Y-%m-%d %H:%M:%S}) "
+                "and naming itself on it"
+            )
         if is_gone(owner):
             return f"{owner.describe()} died before this trial finished"
         if frozen._trial_id in stale:
-            return (f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
-                    "process or its host died, or lost the database)")
+            return (
+                f"{owner.describe()} sent no heartbeat for more than {GRACE_S} s (the "
+                "process or its host died, or lost the database)"
+            )
         return None
 
     @staticmethod
-    def _settle(study: Any, frozen: Any, owner: Owner | None, why: str, store: TuningStore,
-                device: DeviceInfo, problem: Problem) -> None:
+    def _settle(
+        study: Any,
+        frozen: Any,
+        owner: Owner | None,
+        why: str,
+        store: TuningStore,
+        device: DeviceInfo,
+        problem: Problem,
+    ) -> None:
         """Tell one abandoned trial (`why`: how its process was found gone): the value its
         process stored, or the failure it stored (its status and reason), else "interrupted"
         with that reason."""
@@ -233,8 +261,10 @@ class Study:
         from optuna.trial import TrialState
 
         tunable = [p.name for p in self.space.tunable_params]
-        queued = {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
-                  for t in self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        queued = {
+            json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
+            for t in self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        }
         for config in configs:
             params = {name: config[name] for name in tunable}
             key = json.dumps(params, sort_keys=True)
@@ -257,8 +287,9 @@ class Study:
 
         stale, now = self._stale_ids(), datetime.now()
         taken: set[str] = set()
-        for t in self._study.get_trials(deepcopy=False, states=(
-                TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
+        for t in self._study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        ):
             digest = t.user_attrs.get("digest")
             if not digest:
                 continue
@@ -315,16 +346,25 @@ class Study:
         the store (reused) and adds the trial then."""
         from optuna.trial import TrialState, create_trial
 
-        attrs: dict[str, Any] = {OWNER_ATTR: this_process().as_json(), "digest": config.digest,
-                                 "config": config.to_json(), "build_key": build_key,
-                                 "status": outcome.status.value}
+        attrs: dict[str, Any] = {
+            OWNER_ATTR: this_process().as_json(),
+            "digest": config.digest,
+            "config": config.to_json(),
+            "build_key": build_key,
+            "status": outcome.status.value,
+        }
         if outcome.value is None:
             attrs["reason"] = outcome.reason
         params = {p.name: config[p.name] for p in self.space.tunable_params}
-        self._study.add_trial(create_trial(
-            params=params, distributions=self._distributions, value=outcome.value,
-            state=TrialState.COMPLETE if outcome.value is not None else TrialState.FAIL,
-            user_attrs=attrs))
+        self._study.add_trial(
+            create_trial(
+                params=params,
+                distributions=self._distributions,
+                value=outcome.value,
+                state=TrialState.COMPLETE if outcome.value is not None else TrialState.FAIL,
+                user_attrs=attrs,
+            )
+        )
 
     # -- what the study found --------------------------------------------------------------
 
@@ -386,8 +426,11 @@ def optuna_storage(url: str | None) -> Any:
                 # rather than failing the next trial's transaction.
                 server = make_url(url).get_backend_name() != "sqlite"
                 storage = OwnedTrialsStorage(
-                    url, engine_kwargs={"pool_pre_ping": True} if server else None,
-                    heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+                    url,
+                    engine_kwargs={"pool_pre_ping": True} if server else None,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                )
             sqlite_immediate_writes(storage.engine)
             _storages[url] = storage
     return storage
@@ -410,8 +453,9 @@ class _Heartbeats:
         with self._lock:
             self._trials[trial_id] = storage
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="optuna-heartbeats")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="optuna-heartbeats"
+                )
                 self._thread.start()
 
     def holds(self, trial_id: int) -> bool:

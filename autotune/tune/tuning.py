@@ -23,8 +23,9 @@ class BestAnswer:
     distance: float  # 0 for exact; see store.repo.problem_distance
 
 
-def open_backend(replay: str | Path | Sequence[str | Path] | None = None,
-                 device: int = 0) -> Backend:
+def open_backend(
+    replay: str | Path | Sequence[str | Path] | None = None, device: int = 0
+) -> Backend:
     """The GPU backend, or a replay of recorded measurements (one recording per family)."""
     if not replay:
         return GpuBackend(device)
@@ -32,11 +33,16 @@ def open_backend(replay: str | Path | Sequence[str | Path] | None = None,
     return ReplayBackend([Path(p) for p in paths])
 
 
-def tune(problems: Problem | Sequence[Problem], *, db: str | None = None,
-         backend: Backend | None = None, settings: SearchSettings | None = None,
-         families: Sequence[str] | None = None,
-         on_progress: Callable[[Progress], None] | None = None,
-         on_outcome: Callable[[TuneOutcome], None] | None = None) -> list[TuneOutcome]:
+def tune(
+    problems: Problem | Sequence[Problem],
+    *,
+    db: str | None = None,
+    backend: Backend | None = None,
+    settings: SearchSettings | None = None,
+    families: Sequence[str] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_outcome: Callable[[TuneOutcome], None] | None = None,
+) -> list[TuneOutcome]:
     """Tune each problem on the backend's device (default: the GPU) into the database.
 
     `families`: the kernel families to search (default: every family the device runs); each
@@ -48,8 +54,14 @@ def tune(problems: Problem | Sequence[Problem], *, db: str | None = None,
     try:
         outcomes = []
         for problem in items:
-            outcome = tune_problem(problem, backend, store, settings or SearchSettings(),
-                                   families=families, on_progress=on_progress)
+            outcome = tune_problem(
+                problem,
+                backend,
+                store,
+                settings or SearchSettings(),
+                families=families,
+                on_progress=on_progress,
+            )
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
@@ -59,9 +71,13 @@ def tune(problems: Problem | Sequence[Problem], *, db: str | None = None,
             backend.close()
 
 
-def best_config(problem: Problem, *, db: str | None = None,
-                device: DeviceInfo | str | None = None, nearest: bool = True
-                ) -> BestAnswer | None:
+def best_config(
+    problem: Problem,
+    *,
+    db: str | None = None,
+    device: DeviceInfo | str | None = None,
+    nearest: bool = True,
+) -> BestAnswer | None:
     """The stored best config for `problem`: an exact match, else the nearest tuned problem of
     the same dtype, head dim and causality (when `nearest`), else None. `device` narrows the
     search to one GPU (a DeviceInfo, or a device name such as "NVIDIA H200"). Reads only: a

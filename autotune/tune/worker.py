@@ -54,8 +54,12 @@ class _LeaseKeeper:
         self.lost = False
         self.trials = 0  # trials told so far: a tune's progress between connection breaks
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(queue, item, worker, lease_s),
-                                        daemon=True, name=f"lease-{item.id}")
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(queue, item, worker, lease_s),
+            daemon=True,
+            name=f"lease-{item.id}",
+        )
         self._thread.start()
 
     def _run(self, queue: WorkQueue, item: QueuedItem, worker: str, lease_s: float) -> None:
@@ -110,10 +114,17 @@ def _with_reconnects(run: Callable[[], T], progress: Callable[[], int]) -> T:
             attempt += 1
 
 
-def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
-               wait: bool = False, poll_s: float = 2.0, name: str | None = None,
-               on_item: Callable[[QueuedItem], None] | None = None,
-               on_outcome: Callable[[TuneOutcome], None] | None = None) -> WorkerReport:
+def run_worker(
+    db: str | None,
+    backend: Backend,
+    *,
+    lease_s: float = 120.0,
+    wait: bool = False,
+    poll_s: float = 2.0,
+    name: str | None = None,
+    on_item: Callable[[QueuedItem], None] | None = None,
+    on_outcome: Callable[[TuneOutcome], None] | None = None,
+) -> WorkerReport:
     """Take and tune items of the backend's GPU model until none is left to take (with `wait`,
     until none of them is queued or running either: an item whose worker died is taken again
     once its lease runs out)."""
@@ -136,10 +147,18 @@ def run_worker(db: str | None, backend: Backend, *, lease_s: float = 120.0,
             # twice (measurements already stored are reused).
             settings = SearchSettings(**{**item.settings, "resume": True})
             outcomes = _with_reconnects(
-                partial(tune, item.problem, db=db, backend=backend, settings=settings,
-                        families=list(item.families) or None, on_outcome=on_outcome,
-                        on_progress=keeper.check),
-                keeper.told)
+                partial(
+                    tune,
+                    item.problem,
+                    db=db,
+                    backend=backend,
+                    settings=settings,
+                    families=list(item.families) or None,
+                    on_outcome=on_outcome,
+                    on_progress=keeper.check,
+                ),
+                keeper.told,
+            )
             ok = all(o.best for o in outcomes)
             reason = "" if ok else "no config of any family was timed"
         except Exception as exc:  # a failing item is a recorded result, not a dead worker

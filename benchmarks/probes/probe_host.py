@@ -41,8 +41,9 @@ def host_us(fn: Callable[[], Any], calls: int = 3000) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -64,7 +65,7 @@ def probe(lq: int, profile_growing: bool) -> None:
         num_key_value_groups = H // HK
 
     layer = Layer()
-    scale = D ** -0.5
+    scale = D**-0.5
     projected = torch.randn(B, lq, H, D, device="cuda", dtype=torch.bfloat16)
     q = projected.transpose(1, 2)  # transformers' view
     k = torch.randn(B, HK, L, D, device="cuda", dtype=torch.bfloat16)
@@ -79,22 +80,25 @@ def probe(lq: int, profile_growing: bool) -> None:
     rows: dict[str, Callable[[], Any]] = {
         "F.sdpa direct": lambda: F.scaled_dot_product_attention(q, k, v, **kwargs),
         "transformers sdpa_attention_forward": lambda: sdpa_attention_forward(
-            layer, q, k, v, mask, scaling=scale),
-        "ours attention_forward": lambda: attention_forward(layer, q, k, v, marker,
-                                                            scaling=scale),
+            layer, q, k, v, mask, scaling=scale
+        ),
+        "ours attention_forward": lambda: attention_forward(layer, q, k, v, marker, scaling=scale),
         "autotune.attention blhd": lambda: autotune.attention(
-            projected, k.transpose(1, 2), v.transpose(1, 2), causal=causal, scale=scale,
-            layout="blhd"),
-        "autotune.attention bhld": lambda: autotune.attention(q, k, v, causal=causal,
-                                                              scale=scale),
+            projected,
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            causal=causal,
+            scale=scale,
+            layout="blhd",
+        ),
+        "autotune.attention bhld": lambda: autotune.attention(q, k, v, causal=causal, scale=scale),
         "3 transposes": lambda: (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
         "os.environ.get": lambda: os.environ.get("CUTE_AUTOTUNE_STRICT", "0"),
     }
     print(f"== Lq {lq} Lk {L} H{H}/{HK} D{D} bf16 causal={causal}")
     for name, fn in rows.items():
         print(f"  {name:40s} {host_us(fn):9.2f} us")
-    keys = [torch.randn(B, HK, L + i, D, device="cuda", dtype=torch.bfloat16)
-            for i in range(400)]
+    keys = [torch.randn(B, HK, L + i, D, device="cuda", dtype=torch.bfloat16) for i in range(400)]
     turn = iter(range(10**9))
 
     def growing() -> Any:
@@ -102,8 +106,9 @@ def probe(lq: int, profile_growing: bool) -> None:
         return autotune.attention(q, grown, grown, causal=causal, scale=scale)
 
     autotune.configure()
-    print(f"  {'growing cache (400 lengths, fresh memo)':40s} "
-          f"{host_us(growing, calls=399):9.2f} us")
+    print(
+        f"  {'growing cache (400 lengths, fresh memo)':40s} {host_us(growing, calls=399):9.2f} us"
+    )
     print(f"  {'growing cache, memo warm':40s} {host_us(growing, calls=399):9.2f} us")
     if profile_growing:
         autotune.configure()

@@ -18,11 +18,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CASES = [("blhd", (11, 32, 8, 195, 449, 128, "bf16", False)),
-         ("bhld", (4, 32, 8, 2, 165, 128, "fp16", True)),
-         ("blhd", (2, 48, 1, 2, 713, 128, "bf16", True)),
-         ("blhd", (2, 8, 4, 9, 421, 256, "bf16", True)),
-         ("bhld", (16, 14, 2, 101, 113, 64, "fp16", True))]
+CASES = [
+    ("blhd", (11, 32, 8, 195, 449, 128, "bf16", False)),
+    ("bhld", (4, 32, 8, 2, 165, 128, "fp16", True)),
+    ("blhd", (2, 48, 1, 2, 713, 128, "bf16", True)),
+    ("blhd", (2, 8, 4, 9, 421, 256, "bf16", True)),
+    ("bhld", (16, 14, 2, 101, 113, 64, "fp16", True)),
+]
 
 
 def timings(fns: dict[str, Callable[[], Any]], spin: int, calls: int = 40) -> str:
@@ -44,7 +46,9 @@ def timings(fns: dict[str, Callable[[], Any]], spin: int, calls: int = 40) -> st
     torch.cuda.synchronize()
     return "  ".join(
         f"{name} gpu {statistics.median(s.elapsed_time(e) * 1e3 for s, e in gpu[name]):7.1f} us"
-        f" host {statistics.median(host[name]):6.1f} us" for name in fns)
+        f" host {statistics.median(host[name]):6.1f} us"
+        for name in fns
+    )
 
 
 def main() -> None:
@@ -60,17 +64,23 @@ def main() -> None:
         problem = Problem(*sizes)
         dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
 
-        def tensor(heads: int, length: int, p: Problem = problem, lay: str = layout,
-                   dt: Any = dtype) -> Any:
-            shape = ((p.batch, heads, length, p.head_dim) if lay == "bhld"
-                     else (p.batch, length, heads, p.head_dim))
+        def tensor(
+            heads: int, length: int, p: Problem = problem, lay: str = layout, dt: Any = dtype
+        ) -> Any:
+            shape = (
+                (p.batch, heads, length, p.head_dim)
+                if lay == "bhld"
+                else (p.batch, length, heads, p.head_dim)
+            )
             return torch.randn(shape, device="cuda", dtype=dt)
 
         q = tensor(problem.heads_q, problem.seqlen_q)
         k, v = (tensor(problem.heads_kv, problem.seqlen_k) for _ in range(2))
         qb, kb, vb = (t if layout == "bhld" else t.transpose(1, 2) for t in (q, k, v))
-        def ours(q: Any = q, k: Any = k, v: Any = v, p: Problem = problem,
-                 lay: str = layout) -> Any:
+
+        def ours(
+            q: Any = q, k: Any = k, v: Any = v, p: Problem = problem, lay: str = layout
+        ) -> Any:
             return autotune.attention(q, k, v, causal=p.causal, layout=lay)
 
         fns = {"ours": ours, "sdpa": _sdpa(qb, kb, vb, problem.causal, None)}

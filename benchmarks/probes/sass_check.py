@@ -28,14 +28,22 @@ from typing import Any
 from autotune.build import ArtifactCache, lookup
 from autotune.model import Config, load_space, target_for_arch
 
-WATCHED = {"HGMMA": "wgmma", "HMMA": "mma.sync", "LDL": "local load", "STL": "local store",
-           "UTMALDG": "TMA load", "UTMASTG": "TMA store", "USETMAXREG": "setmaxnreg"}
+WATCHED = {
+    "HGMMA": "wgmma",
+    "HMMA": "mma.sync",
+    "LDL": "local load",
+    "STL": "local store",
+    "UTMALDG": "TMA load",
+    "UTMASTG": "TMA store",
+    "USETMAXREG": "setmaxnreg",
+}
 OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", re.M)
 
 
 def cuobjdump() -> str:
-    found = (os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
-             or "/usr/local/cuda/bin/cuobjdump")
+    found = (
+        os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    )
     if not Path(found).exists():
         sys.exit("cuobjdump not found (set $CUOBJDUMP)")
     return found
@@ -45,8 +53,9 @@ WGMMA_WAIT = re.compile(r"\bWARPGROUP\.DEPBAR\b")
 
 
 def opcode_counts(cubin: Path, tool: str) -> Counter[str]:
-    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True,
-                          text=True).stdout
+    sass = subprocess.run(
+        [tool, "-sass", str(cubin)], check=True, capture_output=True, text=True
+    ).stdout
     counts = Counter(m.group(1) for m in OPCODE.finditer(sass))
     counts["WGWAIT"] = len(WGMMA_WAIT.findall(sass))
     return counts
@@ -56,8 +65,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", type=Path, help="a `cute-autotune bench` JSON")
     ap.add_argument("--db", help="or a tuning database (its best configs)")
-    ap.add_argument("--cache", action="append", default=[], metavar="FAMILY=DIR",
-                    help="the kernel cache holding a family's cubins (repeatable)")
+    ap.add_argument(
+        "--cache",
+        action="append",
+        default=[],
+        metavar="FAMILY=DIR",
+        help="the kernel cache holding a family's cubins (repeatable)",
+    )
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -72,8 +86,10 @@ def main() -> int:
     else:
         from autotune.store import TuningStore
 
-        source = [{"shape": r.problem.describe(), "config": r.config.as_dict()}
-                  for r in TuningStore(args.db).list_best()]
+        source = [
+            {"shape": r.problem.describe(), "config": r.config.as_dict()}
+            for r in TuningStore(args.db).list_best()
+        ]
     for bench_row in source:
         if not bench_row.get("config"):
             continue
@@ -89,10 +105,13 @@ def main() -> int:
                 entry["WGWAIT"] = counts["WGWAIT"]
                 entry["serialized"] = bool(counts["HGMMA"]) and counts["WGWAIT"] >= counts["HGMMA"]
                 report = build.ptxas  # None for a cache entry without the ptxas report
-                entry.update(registers=report.registers if report else None,
-                             spill_bytes=report.spill_store_bytes + report.spill_load_bytes
-                             if report else None,
-                             stack_frame_bytes=report.stack_frame_bytes if report else None)
+                entry.update(
+                    registers=report.registers if report else None,
+                    spill_bytes=report.spill_store_bytes + report.spill_load_bytes
+                    if report
+                    else None,
+                    stack_frame_bytes=report.stack_frame_bytes if report else None,
+                )
             seen[config.digest] = entry
         rows.append({"shape": bench_row["shape"], **seen[config.digest]})
     header = ["shape", "config", *WATCHED, "WGWAIT", "serialized", "registers", "spill_bytes"]
@@ -100,12 +119,15 @@ def main() -> int:
     for r in rows:
         print("  ".join(str(r.get(h, r.get("missing", ""))) for h in header))
     local = [r for r in rows if r.get("LDL") or r.get("STL")]
-    print(f"\n{len(rows)} shapes, {len(seen)} kernels; local memory in "
-          f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}, "
-          f"serialised in {sum(bool(r.get('serialized')) for r in rows)}")
+    print(
+        f"\n{len(rows)} shapes, {len(seen)} kernels; local memory in "
+        f"{len(local)} shapes; wgmma in {sum(bool(r.get('HGMMA')) for r in rows)}, "
+        f"serialised in {sum(bool(r.get('serialized')) for r in rows)}"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"source": str(args.bench or args.db), "rows": rows},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"source": str(args.bench or args.db), "rows": rows}, indent=1)
+        )
     return 0
 
 

@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("e2e_model",
-                                                  REPO / "benchmarks" / "e2e_model.py")
+    spec = importlib.util.spec_from_file_location(
+        "e2e_model", REPO / "benchmarks" / "e2e_model.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["e2e_model"] = module
@@ -26,9 +27,27 @@ def _bench():  # type: ignore[no-untyped-def]
     return module
 
 
-SMOKE = ["--tiny", "--device", "cpu", "--prefill", "48", "--verify", "4", "--cache", "60",
-         "--batches", "2", "--decode-cache", "40", "--prompt", "12", "--new-tokens", "6",
-         "--reps", "2"]
+SMOKE = [
+    "--tiny",
+    "--device",
+    "cpu",
+    "--prefill",
+    "48",
+    "--verify",
+    "4",
+    "--cache",
+    "60",
+    "--batches",
+    "2",
+    "--decode-cache",
+    "40",
+    "--prompt",
+    "12",
+    "--new-tokens",
+    "6",
+    "--reps",
+    "2",
+]
 
 
 def test_a_smoke_run_writes_every_phase(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("seed", range(12))
 def test_the_problems_span_what_the_issue_asks(seed: int) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("quick_tune",
-                                                  REPO / "benchmarks" / "quick_tune.py")
+    spec = importlib.util.spec_from_file_location(
+        "quick_tune", REPO / "benchmarks" / "quick_tune.py"
+    )
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     sys.modules["quick_tune"] = bench

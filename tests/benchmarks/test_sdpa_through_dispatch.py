@@ -18,7 +18,8 @@ H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 
 def test_dispatch_picks_sdpa_for_every_row(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location(
-        "sdpa_through_dispatch", REPO / "benchmarks" / "sdpa_through_dispatch.py")
+        "sdpa_through_dispatch", REPO / "benchmarks" / "sdpa_through_dispatch.py"
+    )
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     sys.modules["sdpa_through_dispatch"] = bench
@@ -28,8 +29,9 @@ def test_dispatch_picks_sdpa_for_every_row(tmp_path: Path) -> None:
     assert {p.head_dim for _, p in chosen} == {64, 96, 128, 256}
     assert {layout for layout, _ in chosen} == {"bhld", "blhd"}
     url = f"sqlite:///{tmp_path}/sdpa.db"
-    TuningStore(url).import_results(bench.scratch_results(H200, sorted({p for _, p in chosen},
-                                                                       key=str)))
+    TuningStore(url).import_results(
+        bench.scratch_results(H200, sorted({p for _, p in chosen}, key=str))
+    )
     dispatcher = Dispatcher(url, use_shipped=False)
     for _, problem in chosen:
         decision = dispatcher.would_run(problem, H200, target_for_arch(90))

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SCRIPTS = sorted([*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*.sh"),
-                  *(BENCHMARKS / "probes").glob("*.py")])
+SCRIPTS = sorted(
+    [*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*.sh"), *(BENCHMARKS / "probes").glob("*.py")]
+)
 
 
 def test_every_script_is_listed_and_the_probes_are_few() -> None:
@@ -21,10 +22,14 @@ def test_every_script_is_listed_and_the_probes_are_few() -> None:
     assert len(list((BENCHMARKS / "probes").glob("*.py"))) <= 5
 
 
-@pytest.mark.parametrize("script", [p for p in SCRIPTS if p.suffix == ".py"],
-                         ids=lambda p: p.relative_to(BENCHMARKS).as_posix())
-def test_every_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "script",
+    [p for p in SCRIPTS if p.suffix == ".py"],
+    ids=lambda p: p.relative_to(BENCHMARKS).as_posix(),
+)
+def test_every_script_answers_help(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(sys, "argv", [str(script), "--help"])
     monkeypatch.syspath_prepend(str(script.parent))
     with pytest.raises(SystemExit) as ended:

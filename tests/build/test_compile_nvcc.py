@@ -23,11 +23,28 @@ pytestmark = pytest.mark.nvcc
 H200 = target_for_arch("sm_90")
 
 
-def sm80(d: int, dtype: str, causal: bool, bm: int, bn: int, w: int, stages: int, swizzle: int,
-         q_in_regs: bool) -> Config:
-    return load_space("sm80").config(head_dim=d, dtype=dtype, causal=causal, block_m=bm,
-                                     block_n=bn, num_warps=w, kv_stages=stages, swizzle=swizzle,
-                                     q_in_regs=q_in_regs)
+def sm80(
+    d: int,
+    dtype: str,
+    causal: bool,
+    bm: int,
+    bn: int,
+    w: int,
+    stages: int,
+    swizzle: int,
+    q_in_regs: bool,
+) -> Config:
+    return load_space("sm80").config(
+        head_dim=d,
+        dtype=dtype,
+        causal=causal,
+        block_m=bm,
+        block_n=bn,
+        num_warps=w,
+        kv_stages=stages,
+        swizzle=swizzle,
+        q_in_regs=q_in_regs,
+    )
 
 
 # (config, spills expected): fp16 and bf16, causal, 3 stages, Q in registers, D=256, and the
@@ -72,7 +89,10 @@ def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[Build
         assert (info.pack_gqa, info.split_kv) == (0, 0)
         assert info.smem_bytes == derived["smem_bytes"] and info.threads == derived["threads"]
         assert (info.block_m, info.block_n, info.head_dim) == (
-            config["block_m"], config["block_n"], config["head_dim"])
+            config["block_m"],
+            config["block_n"],
+            config["head_dim"],
+        )
         assert info.dtype == {"fp16": 0, "bf16": 1}[str(config["dtype"])]
         assert info.causal == int(bool(config["causal"]))
 
@@ -80,12 +100,25 @@ def test_the_cubin_declares_what_the_space_derives(built: tuple[Path, list[Build
 @pytest.mark.parametrize("pack", [False, True])
 def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool) -> None:
     space = load_space("decode")
-    config = space.config(head_dim=128, dtype="bf16", causal=pack, block_m=16, block_n=64,
-                          num_warps=2, kv_stages=2, pack_gqa=pack, num_splits=1)
+    config = space.config(
+        head_dim=128,
+        dtype="bf16",
+        causal=pack,
+        block_m=16,
+        block_n=64,
+        num_warps=2,
+        kv_stages=2,
+        pack_gqa=pack,
+        num_splits=1,
+    )
     # The split count is a launch parameter: a batch of counts compiles once (one nvcc run,
     # one cubin), and another count later is the same build, from the cache.
-    many = compile_many([config.replace(num_splits=n) for n in (1, 2, 64)], H200, jobs=2,
-                        cache=ArtifactCache(tmp_path))
+    many = compile_many(
+        [config.replace(num_splits=n) for n in (1, 2, 64)],
+        H200,
+        jobs=2,
+        cache=ArtifactCache(tmp_path),
+    )
     assert [r.ok for r in many] == [True] * 3, [r.message for r in many]
     assert len({r.cubin for r in many}) == 1 and len(list(tmp_path.rglob("*.cubin"))) == 1
     assert [r.config["num_splits"] for r in many] == [1, 2, 64]
@@ -104,8 +137,9 @@ def test_a_decode_kernel_declares_its_split_kv_entry(tmp_path: Path, pack: bool)
     assert space.name_of(again.config) != space.name_of(config)
 
 
-def test_cache_hit_and_miss(built: tuple[Path, list[BuildResult]],
-                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_hit_and_miss(
+    built: tuple[Path, list[BuildResult]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, results = built
     cache = ArtifactCache(root)
     config = results[0].config
@@ -135,9 +169,17 @@ def test_generated_source_is_kept_with_the_artifact(built: tuple[Path, list[Buil
 
 
 def test_pruned_config_never_reaches_nvcc(tmp_path: Path) -> None:
-    impossible = load_space("sm80").config(head_dim=128, dtype="fp16", causal=False, block_m=64,
-                                           block_n=64, num_warps=8, kv_stages=2, swizzle=3,
-                                           q_in_regs=False)
+    impossible = load_space("sm80").config(
+        head_dim=128,
+        dtype="fp16",
+        causal=False,
+        block_m=64,
+        block_n=64,
+        num_warps=8,
+        kv_stages=2,
+        swizzle=3,
+        q_in_regs=False,
+    )
     start = time.perf_counter()
     result = compile_config(impossible, H200, ArtifactCache(tmp_path))
     assert result.status == "invalid" and time.perf_counter() - start < 1.0
@@ -146,16 +188,30 @@ def test_pruned_config_never_reaches_nvcc(tmp_path: Path) -> None:
 
 
 def test_impossible_config_fails_at_nvcc_with_the_static_assert(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Pretend the Python check missed it: the traits' static_assert must still say why.
     monkeypatch.setattr(Space, "violations", lambda self, config, target: [])
-    impossible = Config.make("sm80", {"head_dim": 128, "dtype": "fp16", "causal": False,
-                                      "block_m": 64, "block_n": 64, "num_warps": 8,
-                                      "kv_stages": 2, "swizzle": 3, "q_in_regs": False})
+    impossible = Config.make(
+        "sm80",
+        {
+            "head_dim": 128,
+            "dtype": "fp16",
+            "causal": False,
+            "block_m": 64,
+            "block_n": 64,
+            "num_warps": 8,
+            "kv_stages": 2,
+            "swizzle": 3,
+            "q_in_regs": False,
+        },
+    )
     result = compile_config(impossible, H200, ArtifactCache(tmp_path))
     assert result.status == "compile_error"
-    assert ("static_assert: block_m must be a multiple of 16 * num_warps (each warp owns 16-row "
-            "MMA slabs)") in result.message
+    assert (
+        "static_assert: block_m must be a multiple of 16 * num_warps (each warp owns 16-row "
+        "MMA slabs)"
+    ) in result.message
 
 
 def test_nvcc_timeout_is_a_result(tmp_path: Path) -> None:
@@ -181,8 +237,17 @@ def test_decode90_marks_its_in_cluster_combine(tmp_path: Path) -> None:
     cubin says so to the launcher by exporting the mark of launcher/cluster_combine.h (without
     it the launcher would quietly use the combine entry), and still carries that entry."""
     space = load_space("decode90")
-    config = space.config(head_dim=128, dtype="bf16", causal=False, block_m=64, block_n=128,
-                          consumer_wgs=1, kv_stages=3, overlap=False, num_splits=8)
+    config = space.config(
+        head_dim=128,
+        dtype="bf16",
+        causal=False,
+        block_m=64,
+        block_n=128,
+        consumer_wgs=1,
+        kv_stages=3,
+        overlap=False,
+        num_splits=8,
+    )
     result = compile_config(config, H200, ArtifactCache(tmp_path))
     assert result.ok and result.cubin is not None, result.message
     assert result.ptxas is not None and not result.ptxas.spills
@@ -198,20 +263,34 @@ def test_decode90_two_ctas_per_sm_fit_an_sm(tmp_path: Path) -> None:
     wgmmas still pipelined, and the occupancy the cubin allows is two CTAs. The same tile at
     ctas_per_sm = 1 (what configs stored before the parameter mean) gets the whole file."""
     space = load_space("decode90")
-    values = dict(head_dim=128, dtype="bf16", causal=True, block_m=64, block_n=64,
-                  consumer_wgs=1, kv_stages=2, overlap=True, num_splits=1)
+    values = dict(
+        head_dim=128,
+        dtype="bf16",
+        causal=True,
+        block_m=64,
+        block_n=64,
+        consumer_wgs=1,
+        kv_stages=2,
+        overlap=True,
+        num_splits=1,
+    )
     two = compile_config(space.config(**values, ctas_per_sm=2), H200, ArtifactCache(tmp_path))
     assert two.ok and two.ptxas is not None and two.launch_info is not None, two.message
     assert two.ptxas.registers <= 128 and not two.ptxas.spills
     assert two.ptxas.wgmma_serialized == ""
-    resident = ctas_per_sm(90, two.ptxas.registers, two.launch_info.threads,
-                           two.launch_info.smem_bytes)
+    resident = ctas_per_sm(
+        90, two.ptxas.registers, two.launch_info.threads, two.launch_info.smem_bytes
+    )
     assert resident["ctas"] == 2, resident
     one = compile_config(space.config(**values), H200, ArtifactCache(tmp_path))
     assert one.ok and one.ptxas is not None and one.launch_info is not None, one.message
     assert one.ptxas.registers > 128
-    assert ctas_per_sm(90, one.ptxas.registers, one.launch_info.threads,
-                       one.launch_info.smem_bytes)["ctas"] == 1
+    assert (
+        ctas_per_sm(90, one.ptxas.registers, one.launch_info.threads, one.launch_info.smem_bytes)[
+            "ctas"
+        ]
+        == 1
+    )
 
 
 def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
@@ -221,9 +300,19 @@ def test_sm90_family_compiles_for_sm90a(tmp_path: Path) -> None:
     (one producer warpgroup + consumers) in its LaunchInfo, and is refused for a GPU that is
     not sm_90."""
     space = load_space("sm90")
-    config = space.config(head_dim=128, dtype="bf16", causal=True, block_m=128, block_n=128,
-                          consumer_wgs=2, kv_stages=2, producer_regs=24, overlap=True,
-                          pingpong=True, persistent=True)
+    config = space.config(
+        head_dim=128,
+        dtype="bf16",
+        causal=True,
+        block_m=128,
+        block_n=128,
+        consumer_wgs=2,
+        kv_stages=2,
+        producer_regs=24,
+        overlap=True,
+        pingpong=True,
+        persistent=True,
+    )
     result = compile_config(config, H200, ArtifactCache(tmp_path))
     assert result.ok, result.message
     assert result.record["gencode"] == "arch=compute_90a,code=sm_90a"

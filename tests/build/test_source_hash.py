@@ -20,8 +20,9 @@ def _tree(root: Path) -> None:
     (root / "fwd_params.h").write_text("// shared\n")
 
 
-def test_an_included_familys_sources_are_part_of_the_key(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_included_familys_sources_are_part_of_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _tree(tmp_path)
     monkeypatch.setattr(toolchain, "kernel_src_dir", lambda: tmp_path)
     digest = toolchain.kernel_source_hash.__wrapped__  # uncached: the tree changes below
@@ -47,4 +48,5 @@ def test_a_family_without_sources_keeps_its_key() -> None:
         space = load_space(family)
         assert space.sources == ()
         assert toolchain.family_source_hash(space) == toolchain.kernel_source_hash(
-            Path(space.header).parts[0])
+            Path(space.header).parts[0]
+        )

@@ -11,26 +11,30 @@ from autotune import __version__
 from autotune.cli.main import build_parser, main
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["tune", "--time-budget", "-5"], "--time-budget"),
-    (["tune", "--time-budget", "nan"], "--time-budget"),
-    (["tune", "--stop-after", "0"], "--stop-after"),
-    (["tune", "--trials", "0"], "--trials"),
-    (["tune", "--trials", "2.5"], "--trials"),
-    (["tune", "--batch", "-1"], "--batch"),
-    (["tune", "--rerank-top", "0"], "--rerank-top"),
-    (["tune", "--seed", "-3"], "--seed"),
-    (["best", "--heads-q", "0", "--seqlen-q", "1", "--head-dim", "64"], "--heads-q"),
-    (["compile", "--jobs", "0"], "--jobs"),
-    (["compile", "--sample", "-2"], "--sample"),
-    (["check", "--timeout", "-1"], "--timeout"),
-    (["bench", "--shapes", "llm-prefill", "--rounds", "0"], "--rounds"),
-    (["misses", "--top", "0"], "--top"),
-    (["demo", "--trials", "-6"], "--trials"),
-    (["kernels", "pack", "--arch", "sm_90", "--out", "p", "--jobs", "0"], "--jobs"),
-])
-def test_a_bad_number_is_one_line_and_exit_2(argv: list[str], flag: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["tune", "--time-budget", "-5"], "--time-budget"),
+        (["tune", "--time-budget", "nan"], "--time-budget"),
+        (["tune", "--stop-after", "0"], "--stop-after"),
+        (["tune", "--trials", "0"], "--trials"),
+        (["tune", "--trials", "2.5"], "--trials"),
+        (["tune", "--batch", "-1"], "--batch"),
+        (["tune", "--rerank-top", "0"], "--rerank-top"),
+        (["tune", "--seed", "-3"], "--seed"),
+        (["best", "--heads-q", "0", "--seqlen-q", "1", "--head-dim", "64"], "--heads-q"),
+        (["compile", "--jobs", "0"], "--jobs"),
+        (["compile", "--sample", "-2"], "--sample"),
+        (["check", "--timeout", "-1"], "--timeout"),
+        (["bench", "--shapes", "llm-prefill", "--rounds", "0"], "--rounds"),
+        (["misses", "--top", "0"], "--top"),
+        (["demo", "--trials", "-6"], "--trials"),
+        (["kernels", "pack", "--arch", "sm_90", "--out", "p", "--jobs", "0"], "--jobs"),
+    ],
+)
+def test_a_bad_number_is_one_line_and_exit_2(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
@@ -46,7 +50,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_cli_runs_from_a_source_checkout_without_package_metadata(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The GPU host runs the CLI from the tree on PYTHONPATH, where no distribution is installed.
     import importlib.metadata
 
@@ -71,15 +76,25 @@ def test_the_version_is_the_one_pyproject_declares() -> None:
 def test_every_flag_has_help() -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    missing = [f"{name} {' '.join(action.option_strings) or action.dest}"
-               for name, command in commands.choices.items() for action in command._actions
-               if not action.help and not isinstance(action, argparse._HelpAction)]
+    missing = [
+        f"{name} {' '.join(action.option_strings) or action.dest}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
     assert not missing, missing
 
 
-@pytest.mark.parametrize("command", [
-    ["tune"], ["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "64"], ["compile"],
-    ["check"], ["demo"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tune"],
+        ["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "64"],
+        ["compile"],
+        ["check"],
+        ["demo"],
+    ],
+)
 def test_causal_has_one_form_on_every_command(command: list[str]) -> None:
     parser = build_parser()
     alone = parser.parse_args([*command, "--causal"]).causal
@@ -90,8 +105,22 @@ def test_causal_has_one_form_on_every_command(command: list[str]) -> None:
 
 def test_causal_both_is_for_several_problems(capsys: pytest.CaptureFixture[str]) -> None:
     assert build_parser().parse_args(["tune", "--causal", "both"]).causal == "both"
-    assert main(["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "64",
-                 "--causal", "both"]) == 2
+    assert (
+        main(
+            [
+                "best",
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "512",
+                "--head-dim",
+                "64",
+                "--causal",
+                "both",
+            ]
+        )
+        == 2
+    )
     assert "one problem has one mask" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["demo", "--causal", "both"])  # the demo runs one problem

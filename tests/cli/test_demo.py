@@ -14,8 +14,11 @@ from autotune.model.target import target_for_arch
 
 @pytest.mark.parametrize("cc, families", [(90, ["sm80", "sm90"]), (80, ["sm80"])])
 def test_without_a_gpu_the_demo_analyses_and_builds_each_family(
-        cc: int, families: list[str], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    cc: int,
+    families: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     built: list[Config] = []
 
     class Ok:

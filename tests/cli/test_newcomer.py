@@ -20,13 +20,15 @@ SHAPE = ["--batch", "1", "--heads-q", "8", "--seqlen-q", "512", "--dtype", "fp16
 
 
 def test_python_dash_m_autotune_is_the_command_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True,
-                          text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, cwd=REPO
+    )
     assert done.returncode == 0 and "best" in done.stdout
 
 
-def test_a_folder_is_not_taken_for_a_database(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_is_not_taken_for_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for command in (["list"], ["import", str(REPO / "db" / "h200.json"), "--no-refit"]):
         assert main([*command, "--db", str(tmp_path)]) == 2
         err = capsys.readouterr().err
@@ -34,8 +36,9 @@ def test_a_folder_is_not_taken_for_a_database(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_plain_path_and_an_impossible_head_dim(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_plain_path_and_an_impossible_head_dim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "plain.db")
     assert main(["import", str(REPO / "db" / "h200.json"), "--db", db, "--no-refit"]) == 0
     assert main(["best", *SHAPE, "--head-dim", "64", "--db", db]) == 0
@@ -44,19 +47,32 @@ def test_a_plain_path_and_an_impossible_head_dim(tmp_path: Path,
     assert "no kernel family holds head dim 100" in capsys.readouterr().err
 
 
-def test_a_shape_set_that_does_not_parse_is_named(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_shape_set_that_does_not_parse_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "mine.toml"
     bad.write_text("shapes = [ {batch = 1,\n")
-    assert main(["tune", "--shapes", str(bad), "--db", str(tmp_path / "t.db"),
-                 "--replay", str(REPO / "tests" / "data" / "sweep_sm80_h200.json")]) == 2
+    assert (
+        main(
+            [
+                "tune",
+                "--shapes",
+                str(bad),
+                "--db",
+                str(tmp_path / "t.db"),
+                "--replay",
+                str(REPO / "tests" / "data" / "sweep_sm80_h200.json"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"{bad}: not valid TOML" in err and "line" in err
 
 
 def test_a_fresh_install_answers_from_the_shipped_results(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """No --db, no $CUTE_AUTOTUNE_DB and no default database yet: `best` and `list` answer from
     the results shipped in db/ (and say so), creating nothing where the default would be; an
     explicit --db that does not exist is still an error."""
@@ -75,16 +91,19 @@ def test_a_fresh_install_answers_from_the_shipped_results(
     exported = tmp_path / "shipped.json"
     assert main(["export", "--output", str(exported)]) == 0
     assert len(json.loads(exported.read_text())["results"]) == len(
-        json.loads((REPO / "db" / "h200.json").read_text())["results"])
+        json.loads((REPO / "db" / "h200.json").read_text())["results"]
+    )
     assert not (tmp_path / "cache").exists()
     assert main(["list", "--db", str(tmp_path / "missing.db")]) == 2
     assert "no tuning database at" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["list"], ["tune", "--batch", "1"], ["worker"],
-                                     ["model", "list"]])
-def test_a_file_in_a_missing_folder_is_refused(tmp_path: Path, command: list[str],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "command", [["list"], ["tune", "--batch", "1"], ["worker"], ["model", "list"]]
+)
+def test_a_file_in_a_missing_folder_is_refused(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "no" / "such" / "tuning.db"
     for given in (str(missing), f"sqlite:///{missing}"):
         with pytest.raises(SystemExit) as exit_:

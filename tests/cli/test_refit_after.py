@@ -16,19 +16,29 @@ from autotune.store.perf_models import PerfModels
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
-SHAPE = ["--batch", "4", "--heads-q", "16", "--seqlen-q", "2048", "--head-dim", "128",
-         "--dtype", "fp16"]
+SHAPE = [
+    "--batch",
+    "4",
+    "--heads-q",
+    "16",
+    "--seqlen-q",
+    "2048",
+    "--head-dim",
+    "128",
+    "--dtype",
+    "fp16",
+]
 
 
 def _stored(url: str) -> list[tuple[str, str]]:
     return [(m.device_name, m.fitted_by) for m in PerfModels(TuningStore(url)).all()]
 
 
-def test_tune_refits_unless_told_not_to(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_tune_refits_unless_told_not_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
-    tune = ["tune", *SHAPE, "--replay", str(RECORDING), "--without-sdpa", "--db", url,
-            "--quiet"]
+    tune = ["tune", *SHAPE, "--replay", str(RECORDING), "--without-sdpa", "--db", url, "--quiet"]
     assert main([*tune, "--trials", "8", "--no-refit"]) == 0
     assert "performance model" not in capsys.readouterr().out and _stored(url) == []
     assert main([*tune, "--trials", "24"]) == 0
@@ -36,8 +46,9 @@ def test_tune_refits_unless_told_not_to(tmp_path: Path,
     assert _stored(url) == [("NVIDIA H200", "tune")]
 
 
-def test_import_refits_each_gpu_model_it_brought(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_refits_each_gpu_model_it_brought(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path}/i.db"
     shipped = REPO / "db" / "h200.json"
     assert main(["import", str(shipped), "--db", url, "--no-refit"]) == 0
@@ -53,14 +64,47 @@ def test_import_refits_each_gpu_model_it_brought(tmp_path: Path,
     assert "by import" in listed and "shipped (h200.model.json)" in listed
 
 
-def test_model_fit_store_keeps_the_model_in_the_database(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
+def test_model_fit_store_keeps_the_model_in_the_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path}/f.db"
-    assert main(["model", "fit", "--recording", str(RECORDING), "--folds", "0", "--trees",
-                 "10", "--db", url]) == 2  # neither --out nor --store
-    assert main(["model", "fit", "--recording", str(RECORDING), "--folds", "0", "--trees",
-                 "10", "--db", url, "--store", "--out", str(tmp_path / "m.json")]) == 0
+    assert (
+        main(
+            [
+                "model",
+                "fit",
+                "--recording",
+                str(RECORDING),
+                "--folds",
+                "0",
+                "--trees",
+                "10",
+                "--db",
+                url,
+            ]
+        )
+        == 2
+    )  # neither --out nor --store
+    assert (
+        main(
+            [
+                "model",
+                "fit",
+                "--recording",
+                str(RECORDING),
+                "--folds",
+                "0",
+                "--trees",
+                "10",
+                "--db",
+                url,
+                "--store",
+                "--out",
+                str(tmp_path / "m.json"),
+            ]
+        )
+        == 0
+    )
     assert _stored(url) == [("NVIDIA H200", "model fit")]
     kept = PerfModels(TuningStore(url)).load("NVIDIA H200")
     assert kept is not None and kept.doc == json.loads((tmp_path / "m.json").read_text())

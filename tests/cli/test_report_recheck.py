@@ -81,8 +81,9 @@ def test_report_reads_through_the_store_it_is_given(recorded: str) -> None:
     assert path.read_bytes() == before
 
 
-def test_report_has_a_row_for_every_stored_best(recorded: str,
-                                                recorded_rows: list[RegretRow]) -> None:
+def test_report_has_a_row_for_every_stored_best(
+    recorded: str, recorded_rows: list[RegretRow]
+) -> None:
     store = TuningStore(recorded, create=False)
     records = {r.problem: r for r in store.list_best()}
     rows = recorded_rows
@@ -107,7 +108,8 @@ def test_report_has_a_row_for_every_stored_best(recorded: str,
 
 
 def test_report_times_the_latest_measurement_of_what_dispatch_runs(
-        recorded_rows: list[RegretRow]) -> None:
+    recorded_rows: list[RegretRow],
+) -> None:
     # torch's default backend was re-ranked twice on this decode shape (22.5 us, then 33.5 us):
     # dispatch is judged by the latest, the best is the fastest ever measured
     problem = Problem(1, 32, 8, 1, 8192, 128, "bf16", False)
@@ -120,8 +122,8 @@ def test_report_times_the_latest_measurement_of_what_dispatch_runs(
 
 
 def test_report_says_when_what_dispatch_runs_was_never_measured(
-        recorded: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    recorded: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A release whose sm90 space refuses a stored winner: dispatch passes over it to the sm90
     # built-in default, which was never timed on this problem.
     problem = Problem(16, 16, 16, 512, 512, 64, "fp16", False)
@@ -131,8 +133,11 @@ def test_report_says_when_what_dispatch_runs_was_never_measured(
     allowed = space.violations
 
     def refuse(config: Config, target: Any) -> list[str]:
-        return ["a constraint of a newer release"] if config == stored.config else (
-            allowed(config, target))
+        return (
+            ["a constraint of a newer release"]
+            if config == stored.config
+            else (allowed(config, target))
+        )
 
     monkeypatch.setattr(space, "violations", refuse)
     rows = report(recorded)
@@ -144,13 +149,15 @@ def test_report_says_when_what_dispatch_runs_was_never_measured(
     assert rows[-1].regret is None  # unmeasured rows come last
     assert summarize(rows).measured < 100
     assert main(["report", "--db", recorded]) == 0
-    [line] = [x for x in capsys.readouterr().out.splitlines()
-              if x.split("  ")[0] == problem.describe()]
+    [line] = [
+        x for x in capsys.readouterr().out.splitlines() if x.split("  ")[0] == problem.describe()
+    ]
     assert NOT_MEASURED in line and "heuristic" in line
 
 
-def test_report_cli_json_and_plot(recorded: str, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_cli_json_and_plot(
+    recorded: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, png = tmp_path / "regret.json", tmp_path / "regret.png"
     assert main(["report", "--db", recorded, "--json", str(out), "--plot", str(png)]) == 0
     printed = capsys.readouterr()
@@ -158,8 +165,15 @@ def test_report_cli_json_and_plot(recorded: str, tmp_path: Path,
     assert "100 problems, 100 measured, worst regret 1.487x, geomean regret" in printed.out
     rows = json.loads(out.read_text())
     assert len(rows) == 100 and rows[0]["regret"] == pytest.approx(33.488 / 22.528)
-    assert {"path", "config_name", "dispatched_us", "best_us", "sdpa_default_us",
-            "regret", "measured"} <= set(rows[0])
+    assert {
+        "path",
+        "config_name",
+        "dispatched_us",
+        "best_us",
+        "sdpa_default_us",
+        "regret",
+        "measured",
+    } <= set(rows[0])
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -168,8 +182,9 @@ def test_report_cli_json_and_plot(recorded: str, tmp_path: Path,
         assert png.stat().st_size > 0
 
 
-def test_report_of_a_device_without_bests(recorded: str,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_of_a_device_without_bests(
+    recorded: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", "--db", recorded, "--device", "NVIDIA B200"]) == 0
     assert "no stored best configs" in capsys.readouterr().out
 
@@ -210,21 +225,26 @@ def test_report_of_a_tuned_database(tuned: tuple[TuningStore, Problem]) -> None:
 # -- recheck ------------------------------------------------------------------------------------
 
 
-def scaled(recording: dict[str, Any], problem: Problem, name: str, factors: Sequence[float]
-           ) -> dict[str, Any]:
+def scaled(
+    recording: dict[str, Any], problem: Problem, name: str, factors: Sequence[float]
+) -> dict[str, Any]:
     """A copy of the recording where config `name` (a kernel's name, or an SDPA backend) has
     its median, p20 and p80 multiplied by `factors`."""
     changed = copy.deepcopy(recording)
     shape = next(s for s in changed["shapes"] if Problem(**s["problem"]) == problem)
-    row = shape["sdpa"][name] if name in shape["sdpa"] else next(
-        r for r in shape["configs"] if r["name"] == name)
+    row = (
+        shape["sdpa"][name]
+        if name in shape["sdpa"]
+        else next(r for r in shape["configs"] if r["name"] == name)
+    )
     for key, factor in zip(("median_us", "p20_us", "p80_us"), factors, strict=True):
         row[key] *= factor
     return changed
 
 
 def test_recheck_with_the_same_recording_keeps_the_best(
-        tuned: tuple[TuningStore, Problem], recording: dict[str, Any]) -> None:
+    tuned: tuple[TuningStore, Problem], recording: dict[str, Any]
+) -> None:
     store, problem = tuned
     backend = ReplayBackend(recording)
     before = store.best(backend.device(), problem)
@@ -248,7 +268,8 @@ def test_recheck_with_the_same_recording_keeps_the_best(
 
 
 def test_recheck_decides_again_when_a_runner_up_is_faster_beyond_the_noise(
-        tuned: tuple[TuningStore, Problem], recording: dict[str, Any]) -> None:
+    tuned: tuple[TuningStore, Problem], recording: dict[str, Any]
+) -> None:
     store, problem = tuned
     device = ReplayBackend(recording).device()
     before = store.best(device, problem)
@@ -269,7 +290,8 @@ def test_recheck_decides_again_when_a_runner_up_is_faster_beyond_the_noise(
 
 
 def test_recheck_keeps_the_best_when_the_change_is_within_the_noise(
-        tuned: tuple[TuningStore, Problem], recording: dict[str, Any]) -> None:
+    tuned: tuple[TuningStore, Problem], recording: dict[str, Any]
+) -> None:
     store, problem = tuned
     device = ReplayBackend(recording).device()
     before = store.best(device, problem)
@@ -277,9 +299,16 @@ def test_recheck_keeps_the_best_when_the_change_is_within_the_noise(
     sdpa = recording["shapes"][0]["sdpa"]
     cudnn, default = sdpa["cudnn"], sdpa["default"]
     # torch's default now a little faster than cuDNN's, the p20-p80 ranges overlapping
-    closer = scaled(recording, problem, "default", (
-        0.99 * cudnn["median_us"] / default["median_us"],
-        0.99 * cudnn["p20_us"] / default["p20_us"], cudnn["p80_us"] / default["p80_us"]))
+    closer = scaled(
+        recording,
+        problem,
+        "default",
+        (
+            0.99 * cudnn["median_us"] / default["median_us"],
+            0.99 * cudnn["p20_us"] / default["p20_us"],
+            cudnn["p80_us"] / default["p80_us"],
+        ),
+    )
     [row] = recheck(store, ReplayBackend(closer))
     assert row.verdict == KEPT_NOISE
     assert row.fastest_now is not None and row.fastest_now.config["backend"] == "default"
@@ -299,14 +328,16 @@ class VersionedReplay(ReplayBackend):
         super().__init__(recording)
         self.env = env
 
-    def rerank(self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int,
-               round_ms: float) -> Reranking:
+    def rerank(
+        self, problem: Problem, builds: Sequence[BuildResult], *, rounds: int, round_ms: float
+    ) -> Reranking:
         timed = super().rerank(problem, builds, rounds=rounds, round_ms=round_ms)
         results = [replace(r, env=self.env) for r in timed.results]
         return Reranking(results, [replace(b, env=self.env) for b in timed.baselines])
 
-    def evaluate(self, problem: Problem, build: BuildResult, *, rounds: int,
-                 round_ms: float) -> TrialResult:
+    def evaluate(
+        self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float
+    ) -> TrialResult:
         result = super().evaluate(problem, build, rounds=rounds, round_ms=round_ms)
         return replace(result, env=self.env)
 
@@ -315,8 +346,9 @@ OLD = Environment("flushed-alternating-1", "580.159.04", "13.0", "2.11.0+cu130",
 NEW = replace(OLD, torch_version="2.12.0+cu130", cudnn_version="92000")
 
 
-def test_recheck_names_the_versions_that_changed(tmp_path: Path,
-                                                 recording: dict[str, Any]) -> None:
+def test_recheck_names_the_versions_that_changed(
+    tmp_path: Path, recording: dict[str, Any]
+) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/v.db")
     problem = ReplayBackend(recording).problems[0]
     tune_problem(problem, VersionedReplay(recording, OLD), store, SETTINGS)
@@ -328,37 +360,53 @@ def test_recheck_names_the_versions_that_changed(tmp_path: Path,
     [row] = recheck(store, VersionedReplay(apart, NEW))
     best = store.best(row.device, problem)
     assert row.verdict == REDECIDED and best is not None and best.decision is not None
-    assert best.decision.endswith("versions: torch 2.11.0+cu130 -> 2.12.0+cu130; cuDNN 91900 "
-                                  "-> 92000")
+    assert best.decision.endswith(
+        "versions: torch 2.11.0+cu130 -> 2.12.0+cu130; cuDNN 91900 -> 92000"
+    )
     assert (best.torch_version, best.cudnn_version) == ("2.12.0+cu130", "92000")
 
 
 def test_version_changes(recorded: str) -> None:
     assert version_changes(OLD, OLD) == "unchanged"
     assert version_changes(OLD, replace(OLD, torch_version="2.12.0")) == (
-        "torch 2.11.0+cu130 -> 2.12.0")
+        "torch 2.11.0+cu130 -> 2.12.0"
+    )
     assert version_changes(OLD, replace(OLD, driver_version="590.1", cuda_version="13.1")) == (
-        "driver 580.159.04 -> 590.1; CUDA 13.0 -> 13.1")
+        "driver 580.159.04 -> 590.1; CUDA 13.0 -> 13.1"
+    )
     assert version_changes(None, OLD) == version_changes(OLD, None) == "unknown"
     # a best row keeps only torch and cuDNN: only those are compared
     kept = Environment(torch_version="2.11.0+cu130", cudnn_version="91900")
-    assert version_changes(kept, NEW) == "torch 2.11.0+cu130 -> 2.12.0+cu130; cuDNN 91900 -> " \
-                                          "92000"
+    assert version_changes(kept, NEW) == "torch 2.11.0+cu130 -> 2.12.0+cu130; cuDNN 91900 -> 92000"
     assert version_changes(Environment(), NEW) == "unknown"
     # the recorded H200 database: the winner's measurement holds all four
     store = TuningStore(recorded, create=False)
     record = store.list_best()[0]
     then = store.best_environment(record.device, record.problem)
-    assert then is not None and then.software() == ("580.159.04", "13.0", "2.11.0+cu130",
-                                                    "91900")
+    assert then is not None and then.software() == ("580.159.04", "13.0", "2.11.0+cu130", "91900")
 
 
-def test_recheck_cli_with_replay(tuned: tuple[TuningStore, Problem], tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_recheck_cli_with_replay(
+    tuned: tuple[TuningStore, Problem], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store, problem = tuned
     out = tmp_path / "recheck.json"
-    assert main(["recheck", "--db", store.url, "--replay", str(RECORDING), "--rounds", "3",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "recheck",
+                "--db",
+                store.url,
+                "--replay",
+                str(RECORDING),
+                "--rounds",
+                "3",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert problem.describe() in printed and KEPT_FASTEST in printed and "unknown" in printed
     assert "1 stored bests of NVIDIA H200 (sm_90, 132 SMs) rechecked, 0 re-decided" in printed
@@ -366,8 +414,12 @@ def test_recheck_cli_with_replay(tuned: tuple[TuningStore, Problem], tmp_path: P
     assert row["verdict"] == KEPT_FASTEST and row["versions"] == "unknown"
     # --shapes: a shape set without the tuned problem leaves nothing to recheck
     shapes = tmp_path / "other.toml"
-    shapes.write_text('dtypes = ["bf16"]\nhead_dims = [64]\ncausal = [true]\n'
-                      "[[shapes]]\nbatch = 1\nheads_q = 8\nseqlen = 512\n")
-    assert main(["recheck", "--db", store.url, "--replay", str(RECORDING),
-                 "--shapes", str(shapes)]) == 0
+    shapes.write_text(
+        'dtypes = ["bf16"]\nhead_dims = [64]\ncausal = [true]\n'
+        "[[shapes]]\nbatch = 1\nheads_q = 8\nseqlen = 512\n"
+    )
+    assert (
+        main(["recheck", "--db", store.url, "--replay", str(RECORDING), "--shapes", str(shapes)])
+        == 0
+    )
     assert "no stored best of NVIDIA H200" in capsys.readouterr().out

@@ -6,9 +6,16 @@ from autotune.cli.table import render_table
 
 NAME = "fwd_sm90_d128_bm128_bn128_wg2_s2_r24_o1_p1_t1_bf16_causal"
 HEADERS = ["problem", "family", "best config", "TFLOP/s", "note"]
-ROWS = [["B4 H16 L2048 D128 fp16", "sm90", NAME, "612.5",
-         "a long remark in plain words that has to wrap when it does not fit the width"],
-        ["", "sm80", "fwd_sm80_d128", "353.4", ""]]
+ROWS = [
+    [
+        "B4 H16 L2048 D128 fp16",
+        "sm90",
+        NAME,
+        "612.5",
+        "a long remark in plain words that has to wrap when it does not fit the width",
+    ],
+    ["", "sm80", "fwd_sm80_d128", "353.4", ""],
+]
 
 
 def test_a_table_that_fits_is_one_line_per_row() -> None:

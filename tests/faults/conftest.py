@@ -15,14 +15,28 @@ from typing import Any
 
 import pytest
 
-H200_DEVICE = {"name": "NVIDIA H200", "compute_capability": 90, "sm_count": 132,
-               "driver_version": "580.159.04", "cuda_version": "13.0"}
+H200_DEVICE = {
+    "name": "NVIDIA H200",
+    "compute_capability": 90,
+    "sm_count": 132,
+    "driver_version": "580.159.04",
+    "cuda_version": "13.0",
+}
 
 
 def sm80_config(**changes: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {"family": "sm80", "head_dim": 128, "dtype": "fp16",
-                              "causal": False, "block_m": 128, "block_n": 64, "num_warps": 4,
-                              "kv_stages": 2, "swizzle": 3, "q_in_regs": False}
+    values: dict[str, Any] = {
+        "family": "sm80",
+        "head_dim": 128,
+        "dtype": "fp16",
+        "causal": False,
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 4,
+        "kv_stages": 2,
+        "swizzle": 3,
+        "q_in_regs": False,
+    }
     values.update(changes)
     return values
 
@@ -31,25 +45,47 @@ def export_entry(seqlen: int = 2048, **changes: Any) -> dict[str, Any]:
     """One valid exported best config (an sm80 one of B4 H16 D128 fp16 on the H200)."""
     entry: dict[str, Any] = {
         "device": dict(H200_DEVICE),
-        "problem": {"batch": 4, "heads_q": 16, "heads_kv": 16, "seqlen_q": seqlen,
-                    "seqlen_k": seqlen, "head_dim": 128, "dtype": "fp16", "causal": False},
-        "family": "sm80", "config": sm80_config(), "median_us": 400.0, "tflops": 343.6,
-        "sdpa_default_us": 230.0, "sdpa_flash_us": 460.0, "trials": 24, "study": "s",
-        "source": "tuned"}
+        "problem": {
+            "batch": 4,
+            "heads_q": 16,
+            "heads_kv": 16,
+            "seqlen_q": seqlen,
+            "seqlen_k": seqlen,
+            "head_dim": 128,
+            "dtype": "fp16",
+            "causal": False,
+        },
+        "family": "sm80",
+        "config": sm80_config(),
+        "median_us": 400.0,
+        "tflops": 343.6,
+        "sdpa_default_us": 230.0,
+        "sdpa_flash_us": 460.0,
+        "trials": 24,
+        "study": "s",
+        "source": "tuned",
+    }
     entry.update(changes)
     return entry
 
 
 def export_doc(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"format": "cute-autotune-results", "version": 1, "schema": "0.1.0",
-            "exported_at": "2026-12-01T00:00:00+00:00", "results": entries}
+    return {
+        "format": "cute-autotune-results",
+        "version": 1,
+        "schema": "0.1.0",
+        "exported_at": "2026-12-01T00:00:00+00:00",
+        "results": entries,
+    }
 
 
 def _mount_read_only(path: Path) -> bool:
     """Bind-mount `path` read-only over itself (root ignores file modes, not a read-only
     mount: this is the EROFS a read-only volume gives)."""
-    for command in (["mount", "--bind", str(path), str(path)],
-                    ["mount", "-o", "remount,bind,ro", str(path)]):
+    for command in (
+        ["mount", "--bind", str(path), str(path)],
+        ["mount", "-o", "remount,bind,ro", str(path)],
+    ):
         if subprocess.run(command, capture_output=True).returncode != 0:
             subprocess.run(["umount", str(path)], capture_output=True)
             return False
@@ -102,6 +138,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(json.dumps(case))
     out = os.environ.get(SUMMARY_ENV)
     if out:
-        doc = {"command": f"{SUMMARY_ENV}={out} python -m pytest {' '.join(sys.argv[1:])}",
-               "cases": _cases}
+        doc = {
+            "command": f"{SUMMARY_ENV}={out} python -m pytest {' '.join(sys.argv[1:])}",
+            "cases": _cases,
+        }
         Path(out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -51,8 +51,9 @@ def next_use(url: str) -> None:
     store.import_results(export_doc([export_entry()]), overwrite=True)
     if len(store.list_best()) != 1:
         raise AssertionError(f"imported 1 result, read back {len(store.list_best())}")
-    study = optuna.create_study(storage=optuna_storage(url), study_name="next",
-                                load_if_exists=True)
+    study = optuna.create_study(
+        storage=optuna_storage(url), study_name="next", load_if_exists=True
+    )
     study.tell(study.ask(), 1.0)
     with store.engine.connect() as connection:
         state = read_state(connection)
@@ -60,8 +61,9 @@ def next_use(url: str) -> None:
         raise AssertionError(f"left at schema {state.revision}, tables {sorted(state.tables)}")
 
 
-def in_child(work: Callable[[str], None], url: str,
-             kill_after: float | None = None) -> tuple[bool, str, float]:
+def in_child(
+    work: Callable[[str], None], url: str, kill_after: float | None = None
+) -> tuple[bool, str, float]:
     """Run `work(url)` in a forked child, killed after `kill_after` seconds if given: (killed
     before it finished, its error or "", seconds it ran)."""
     read_end, write_end = os.pipe()
@@ -92,12 +94,18 @@ def in_child(work: Callable[[str], None], url: str,
 
 def empty_postgres(admin_url: str, name: str) -> None:
     """The database `name` as new: every other session ended, its schema emptied."""
-    admin = create_engine(make_url(admin_url).set(database=name), poolclass=NullPool,
-                          isolation_level="AUTOCOMMIT")
+    admin = create_engine(
+        make_url(admin_url).set(database=name), poolclass=NullPool, isolation_level="AUTOCOMMIT"
+    )
     try:
         with admin.connect() as c:
-            c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = :name AND pid <> pg_backend_pid()"), {"name": name})
+            c.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": name},
+            )
             c.execute(text("DROP SCHEMA public CASCADE"))
             c.execute(text("CREATE SCHEMA public"))
     finally:
@@ -132,10 +140,16 @@ def run(template: str, kills: int, admin_url: str | None) -> dict[str, object]:
         _, error, _ = in_child(next_use, url)
         if error:
             wedged.append(f"round {rounds} (killed mid-way: {killed}): {error.strip()}")
-    return {"kills": landed, "rounds": rounds, "wedged": len(wedged), "errors": wedged[:5],
-            "first_use_s": round(span, 3)}
+    return {
+        "kills": landed,
+        "rounds": rounds,
+        "wedged": len(wedged),
+        "errors": wedged[:5],
+        "first_use_s": round(span, 3),
+    }
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(sys.argv[1], int(sys.argv[2]),
-                         sys.argv[3] if len(sys.argv) > 3 else None)))
+    print(
+        json.dumps(run(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
+    )

@@ -28,8 +28,9 @@ INJECTED = "output disagrees with the reference (injected)"
 def failing_validation(result: TrialResult) -> TrialResult:
     """`result` turned into a run of its config that failed validation (a stored result, not
     OK)."""
-    return TrialResult(result.config, Status.FAILED_VALIDATION, INJECTED,
-                       build_key=result.build_key)
+    return TrialResult(
+        result.config, Status.FAILED_VALIDATION, INJECTED, build_key=result.build_key
+    )
 
 
 def die() -> None:
@@ -50,18 +51,26 @@ def main(url: str, where: str, n: int, trials: int) -> None:
             return result
 
     class KilledStore(TuningStore):
-        def record_trial(self, device: Any, problem: Any, result: TrialResult,
-                         **kwargs: Any) -> int:
+        def record_trial(
+            self, device: Any, problem: Any, result: TrialResult, **kwargs: Any
+        ) -> int:
             row = super().record_trial(device, problem, result, **kwargs)
             count["recorded"] += 1
-            if where == "recorded" and count["recorded"] == n or (
-                    where == "failed" and not result.ok):
+            if (
+                where == "recorded"
+                and count["recorded"] == n
+                or (where == "failed" and not result.ok)
+            ):
                 die()
             return row
 
     backend = Killer(RECORDING)
-    tune_problem(backend.problems[0], backend, KilledStore(url),
-                 SearchSettings(trials=trials, seed=7, batch_size=4, warm_start=0))
+    tune_problem(
+        backend.problems[0],
+        backend,
+        KilledStore(url),
+        SearchSettings(trials=trials, seed=7, batch_size=4, warm_start=0),
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ def qkv(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
-@pytest.mark.parametrize("convert", [lambda t: t.tolist(), lambda t: t.numpy(), lambda t: None,
-                                     lambda t: 3.0], ids=["list", "numpy", "None", "float"])
+@pytest.mark.parametrize(
+    "convert",
+    [lambda t: t.tolist(), lambda t: t.numpy(), lambda t: None, lambda t: 3.0],
+    ids=["list", "numpy", "None", "float"],
+)
 def test_what_is_not_a_tensor_is_named(which: int, convert: Any) -> None:
     args = list(qkv())
     args[which] = convert(args[which])
@@ -32,26 +35,44 @@ def test_what_is_not_a_tensor_is_named(which: int, convert: Any) -> None:
         attention(*args)
 
 
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8,
-                                   torch.complex64, torch.float8_e4m3fn])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.int32, torch.int64, torch.bool, torch.uint8, torch.complex64, torch.float8_e4m3fn],
+)
 def test_a_dtype_attention_is_not_defined_in_is_named(dtype: torch.dtype) -> None:
     q, k, v = (t.to(dtype) for t in qkv())
     with pytest.raises(InputError, match=f"q has dtype {dtype}"):
         attention(q, k, v)
 
 
-@pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf, 0.0, -1.0, True, "0.125",
-                                   np.float32("nan"), torch.tensor(0.125)],
-                         ids=["nan", "inf", "-inf", "zero", "negative", "bool", "str",
-                              "numpy-nan", "tensor"])
+@pytest.mark.parametrize(
+    "scale",
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        0.0,
+        -1.0,
+        True,
+        "0.125",
+        np.float32("nan"),
+        torch.tensor(0.125),
+    ],
+    ids=["nan", "inf", "-inf", "zero", "negative", "bool", "str", "numpy-nan", "tensor"],
+)
 def test_an_invalid_scale_is_refused_on_the_fallback_path(scale: Any) -> None:
     with pytest.raises(InputError, match="scale"):
         attention(*qkv(), scale=scale)
 
 
-@pytest.mark.parametrize("kwargs, name", [({"causal": "yes"}, "causal"),
-                                          ({"causal": None}, "causal"),
-                                          ({"return_lse": 1}, "return_lse")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"causal": "yes"}, "causal"),
+        ({"causal": None}, "causal"),
+        ({"return_lse": 1}, "return_lse"),
+    ],
+)
 def test_flags_are_booleans(kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(InputError, match=name):
         attention(*qkv(), **kwargs)

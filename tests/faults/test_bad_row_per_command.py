@@ -78,111 +78,217 @@ def _update(table: str, column: str, value: str, where: str) -> str:
 
 DAMAGES = [
     # devices
-    Damage("devices.compute_capability text",
-           _update("devices", "compute_capability", "'ninety'", f"id = {H200_ID}"),
-           _update("devices", "compute_capability", "7", f"id = {H200_ID}"),
-           "stored device #", bests=3, h200_gone=True),
-    Damage("devices.sm_count zero", _update("devices", "sm_count", "0", f"id = {H200_ID}"),
-           _update("devices", "sm_count", "0", f"id = {H200_ID}"),
-           "stored device #", bests=3, h200_gone=True),
-    Damage("devices.name not UTF-8",
-           _update("devices", "name", "CAST(X'4E5649444941FF' AS TEXT)", f"id = {H200_ID}"),
-           None, "stored device #", bests=3, h200_gone=True),
+    Damage(
+        "devices.compute_capability text",
+        _update("devices", "compute_capability", "'ninety'", f"id = {H200_ID}"),
+        _update("devices", "compute_capability", "7", f"id = {H200_ID}"),
+        "stored device #",
+        bests=3,
+        h200_gone=True,
+    ),
+    Damage(
+        "devices.sm_count zero",
+        _update("devices", "sm_count", "0", f"id = {H200_ID}"),
+        _update("devices", "sm_count", "0", f"id = {H200_ID}"),
+        "stored device #",
+        bests=3,
+        h200_gone=True,
+    ),
+    Damage(
+        "devices.name not UTF-8",
+        _update("devices", "name", "CAST(X'4E5649444941FF' AS TEXT)", f"id = {H200_ID}"),
+        None,
+        "stored device #",
+        bests=3,
+        h200_gone=True,
+    ),
     # problems
-    Damage("problems.heads_kv zero", _update("problems", "heads_kv", "0", f"id = {P1}"),
-           # PostgreSQL divides by it in a check: a negative count passes that check
-           _update("problems", "heads_kv", "-16", f"id = {P1}"),
-           "stored problem #", bests=2, misses=2, items=2),
-    Damage("problems.seqlen_k text", _update("problems", "seqlen_k", "'long'", f"id = {P1}"),
-           _update("problems", "seqlen_k", "-7", f"id = {P1}"),
-           "stored problem #", bests=2, misses=2, items=2),
-    Damage("problems.dtype not UTF-8",
-           _update("problems", "dtype", "CAST(X'FF' AS TEXT)", f"id = {P1}"),
-           _update("problems", "dtype", "'fp7'", f"id = {P1}"),
-           "stored problem #", bests=2, misses=2, items=2),
+    Damage(
+        "problems.heads_kv zero",
+        _update("problems", "heads_kv", "0", f"id = {P1}"),
+        # PostgreSQL divides by it in a check: a negative count passes that check
+        _update("problems", "heads_kv", "-16", f"id = {P1}"),
+        "stored problem #",
+        bests=2,
+        misses=2,
+        items=2,
+    ),
+    Damage(
+        "problems.seqlen_k text",
+        _update("problems", "seqlen_k", "'long'", f"id = {P1}"),
+        _update("problems", "seqlen_k", "-7", f"id = {P1}"),
+        "stored problem #",
+        bests=2,
+        misses=2,
+        items=2,
+    ),
+    Damage(
+        "problems.dtype not UTF-8",
+        _update("problems", "dtype", "CAST(X'FF' AS TEXT)", f"id = {P1}"),
+        _update("problems", "dtype", "'fp7'", f"id = {P1}"),
+        "stored problem #",
+        bests=2,
+        misses=2,
+        items=2,
+    ),
     # kernel_configs (the config of the first and third problems, on both GPUs)
-    Damage("kernel_configs.config_json not JSON",
-           _update("kernel_configs", "config_json", "'{'", f"id = {CONFIG}"),
-           _update("kernel_configs", "config_json", "'{'", f"id = {CONFIG}"),
-           "stored config ", bests=4),
-    Damage("kernel_configs.config_json bytes",
-           _update("kernel_configs", "config_json", "X'FF00FE'", f"id = {CONFIG}"),
-           _update("kernel_configs", "config_json", "E'\\\\xff'", f"id = {CONFIG}"),
-           "stored config ", bests=4),
-    Damage("kernel_configs.config_json not UTF-8",
-           _update("kernel_configs", "config_json", "CAST(X'7BFF7D' AS TEXT)", f"id = {CONFIG}"),
-           None, "stored config ", bests=4),
-    Damage("kernel_configs.config_json another config",
-           _update("kernel_configs", "config_json", "'{\"family\": \"sm80\"}'", f"id = {CONFIG}"),
-           _update("kernel_configs", "config_json", "'{\"family\": \"sm80\"}'", f"id = {CONFIG}"),
-           "stored config ", bests=4),
+    Damage(
+        "kernel_configs.config_json not JSON",
+        _update("kernel_configs", "config_json", "'{'", f"id = {CONFIG}"),
+        _update("kernel_configs", "config_json", "'{'", f"id = {CONFIG}"),
+        "stored config ",
+        bests=4,
+    ),
+    Damage(
+        "kernel_configs.config_json bytes",
+        _update("kernel_configs", "config_json", "X'FF00FE'", f"id = {CONFIG}"),
+        _update("kernel_configs", "config_json", "E'\\\\xff'", f"id = {CONFIG}"),
+        "stored config ",
+        bests=4,
+    ),
+    Damage(
+        "kernel_configs.config_json not UTF-8",
+        _update("kernel_configs", "config_json", "CAST(X'7BFF7D' AS TEXT)", f"id = {CONFIG}"),
+        None,
+        "stored config ",
+        bests=4,
+    ),
+    Damage(
+        "kernel_configs.config_json another config",
+        _update("kernel_configs", "config_json", '\'{"family": "sm80"}\'', f"id = {CONFIG}"),
+        _update("kernel_configs", "config_json", '\'{"family": "sm80"}\'', f"id = {CONFIG}"),
+        "stored config ",
+        bests=4,
+    ),
     # best_configs
-    Damage("best_configs.config_id to nothing",
-           _update("best_configs", "config_id", "99999", ON_H200),
-           _update("best_configs", "config_id", "99999", ON_H200),
-           "stored best config #", bests=1),
-    Damage("best_configs.device_id to nothing",
-           _update("best_configs", "device_id", "99999", ON_H200),
-           _update("best_configs", "device_id", "99999", ON_H200),
-           "stored best config #", bests=1),
-    Damage("best_configs.problem_id to nothing",
-           _update("best_configs", "problem_id", "99999", ON_H200),
-           _update("best_configs", "problem_id", "99999", ON_H200),
-           "stored best config #", bests=1),
-    Damage("best_configs.median_us text",
-           _update("best_configs", "median_us", "'fast'", ON_H200),
-           _update("best_configs", "median_us", "-1", ON_H200),
-           "stored best config #", bests=1),
-    Damage("best_configs.trials text", _update("best_configs", "trials", "'many'", ON_H200),
-           _update("best_configs", "trials", "-5", ON_H200), "stored best config #", bests=1),
-    Damage("best_configs.speedup_vs_default not its times",
-           _update("best_configs", "speedup_vs_default", "1e300", ON_H200),
-           _update("best_configs", "speedup_vs_default", "1e300", ON_H200),
-           "stored best config #", bests=1),
+    Damage(
+        "best_configs.config_id to nothing",
+        _update("best_configs", "config_id", "99999", ON_H200),
+        _update("best_configs", "config_id", "99999", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
+    Damage(
+        "best_configs.device_id to nothing",
+        _update("best_configs", "device_id", "99999", ON_H200),
+        _update("best_configs", "device_id", "99999", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
+    Damage(
+        "best_configs.problem_id to nothing",
+        _update("best_configs", "problem_id", "99999", ON_H200),
+        _update("best_configs", "problem_id", "99999", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
+    Damage(
+        "best_configs.median_us text",
+        _update("best_configs", "median_us", "'fast'", ON_H200),
+        _update("best_configs", "median_us", "-1", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
+    Damage(
+        "best_configs.trials text",
+        _update("best_configs", "trials", "'many'", ON_H200),
+        _update("best_configs", "trials", "-5", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
+    Damage(
+        "best_configs.speedup_vs_default not its times",
+        _update("best_configs", "speedup_vs_default", "1e300", ON_H200),
+        _update("best_configs", "speedup_vs_default", "1e300", ON_H200),
+        "stored best config #",
+        bests=1,
+    ),
     # measurements, builds, baselines (read by report and dispatch)
-    Damage("measurements.config_id to nothing",
-           _update("measurements", "config_id", "99999", ON_H200),
-           _update("measurements", "config_id", "99999", ON_H200), "stored measurement #"),
-    Damage("measurements.median_us text",
-           _update("measurements", "median_us", "'fast'", ON_H200),
-           _update("measurements", "median_us", "-1", ON_H200), "stored measurement #"),
-    Damage("builds.artifact_key a path",
-           _update("builds", "artifact_key", "'../../cubins/x'",
-                   f"id = (select build_id from measurements where {ON_H200})"),
-           _update("builds", "artifact_key", "'../../cubins/x'",
-                   f"id = (select build_id from measurements where {ON_H200})"),
-           "stored build #"),
-    Damage("baselines.median_us text", _update("baselines", "median_us", "'fast'", ON_H200),
-           _update("baselines", "median_us", "-1", ON_H200), "stored baseline #"),
+    Damage(
+        "measurements.config_id to nothing",
+        _update("measurements", "config_id", "99999", ON_H200),
+        _update("measurements", "config_id", "99999", ON_H200),
+        "stored measurement #",
+    ),
+    Damage(
+        "measurements.median_us text",
+        _update("measurements", "median_us", "'fast'", ON_H200),
+        _update("measurements", "median_us", "-1", ON_H200),
+        "stored measurement #",
+    ),
+    Damage(
+        "builds.artifact_key a path",
+        _update(
+            "builds",
+            "artifact_key",
+            "'../../cubins/x'",
+            f"id = (select build_id from measurements where {ON_H200})",
+        ),
+        _update(
+            "builds",
+            "artifact_key",
+            "'../../cubins/x'",
+            f"id = (select build_id from measurements where {ON_H200})",
+        ),
+        "stored build #",
+    ),
+    Damage(
+        "baselines.median_us text",
+        _update("baselines", "median_us", "'fast'", ON_H200),
+        _update("baselines", "median_us", "-1", ON_H200),
+        "stored baseline #",
+    ),
     # runtime_misses
-    Damage("runtime_misses.count text",
-           _update("runtime_misses", "count", "'often'", f"problem_id = {P1}"),
-           _update("runtime_misses", "count", "-3", f"problem_id = {P1}"),
-           "stored runtime miss #", misses=2),
-    Damage("runtime_misses.problem_id to nothing",
-           _update("runtime_misses", "problem_id", "99999", f"problem_id = {P1}"),
-           _update("runtime_misses", "problem_id", "99999", f"problem_id = {P1}"),
-           "stored runtime miss #", misses=2),
-    Damage("runtime_misses.device_name not UTF-8",
-           _update("runtime_misses", "device_name", "CAST(X'4EFF' AS TEXT)", MISS_ON_H200),
-           None, "stored runtime miss #", misses=1),
+    Damage(
+        "runtime_misses.count text",
+        _update("runtime_misses", "count", "'often'", f"problem_id = {P1}"),
+        _update("runtime_misses", "count", "-3", f"problem_id = {P1}"),
+        "stored runtime miss #",
+        misses=2,
+    ),
+    Damage(
+        "runtime_misses.problem_id to nothing",
+        _update("runtime_misses", "problem_id", "99999", f"problem_id = {P1}"),
+        _update("runtime_misses", "problem_id", "99999", f"problem_id = {P1}"),
+        "stored runtime miss #",
+        misses=2,
+    ),
+    Damage(
+        "runtime_misses.device_name not UTF-8",
+        _update("runtime_misses", "device_name", "CAST(X'4EFF' AS TEXT)", MISS_ON_H200),
+        None,
+        "stored runtime miss #",
+        misses=1,
+    ),
     # work_items
-    Damage("work_items.problem_id to nothing",
-           _update("work_items", "problem_id", "99999", f"problem_id = {P1}"),
-           _update("work_items", "problem_id", "99999", f"problem_id = {P1}"),
-           "stored work item #", items=2),
-    Damage("work_items.compute_capability text",
-           _update("work_items", "compute_capability", "'ninety'", f"problem_id = {P1}"),
-           _update("work_items", "compute_capability", "0", f"problem_id = {P1}"),
-           "stored work item #", items=2),
-    Damage("work_items.state unknown",
-           _update("work_items", "state", "'paused'", f"problem_id = {P1}"),
-           _update("work_items", "state", "'paused'", f"problem_id = {P1}"),
-           "stored work item #", items=2),
-    Damage("work_items.families a path",
-           _update("work_items", "families", "'sm80,../../x'", f"problem_id = {P1}"),
-           _update("work_items", "families", "'sm80,../../x'", f"problem_id = {P1}"),
-           "stored work item #", items=2),
+    Damage(
+        "work_items.problem_id to nothing",
+        _update("work_items", "problem_id", "99999", f"problem_id = {P1}"),
+        _update("work_items", "problem_id", "99999", f"problem_id = {P1}"),
+        "stored work item #",
+        items=2,
+    ),
+    Damage(
+        "work_items.compute_capability text",
+        _update("work_items", "compute_capability", "'ninety'", f"problem_id = {P1}"),
+        _update("work_items", "compute_capability", "0", f"problem_id = {P1}"),
+        "stored work item #",
+        items=2,
+    ),
+    Damage(
+        "work_items.state unknown",
+        _update("work_items", "state", "'paused'", f"problem_id = {P1}"),
+        _update("work_items", "state", "'paused'", f"problem_id = {P1}"),
+        "stored work item #",
+        items=2,
+    ),
+    Damage(
+        "work_items.families a path",
+        _update("work_items", "families", "'sm80,../../x'", f"problem_id = {P1}"),
+        _update("work_items", "families", "'sm80,../../x'", f"problem_id = {P1}"),
+        "stored work item #",
+        items=2,
+    ),
 ]
 
 
@@ -194,13 +300,31 @@ def _populate(url: str) -> None:
             config = Config.from_dict(sm80_config(block_m=64 if i == 1 else 128))
             key = hashlib.sha256(f"{device.name} {i}".encode()).hexdigest()[:32]
             result = TrialResult(config, Status.OK, median_us=100.0 * (i + 1))
-            trial = store.record_trial(device, problem, result,
-                                       build=BuildResult(config, "sm_90a", Status.OK, key=key),
-                                       study="s", phase="search", baseline_us=300.0 * (i + 1))
-            store.set_best(device, problem, result, measurement_id=trial, study="s", trials=24,
-                           sdpa_default_us=200.0 * (i + 1), sdpa_flash_us=None)
-            store.record_baselines(device, problem, "s", [
-                BaselineTiming("default", 200.0 * (i + 1), 190.0 * (i + 1), 210.0 * (i + 1))])
+            trial = store.record_trial(
+                device,
+                problem,
+                result,
+                build=BuildResult(config, "sm_90a", Status.OK, key=key),
+                study="s",
+                phase="search",
+                baseline_us=300.0 * (i + 1),
+            )
+            store.set_best(
+                device,
+                problem,
+                result,
+                measurement_id=trial,
+                study="s",
+                trials=24,
+                sdpa_default_us=200.0 * (i + 1),
+                sdpa_flash_us=None,
+            )
+            store.record_baselines(
+                device,
+                problem,
+                "s",
+                [BaselineTiming("default", 200.0 * (i + 1), 190.0 * (i + 1), 210.0 * (i + 1))],
+            )
         store.add_misses([(device, p, "nearest", 3, now, now) for p in PROBLEMS])
         WorkQueue(store).enqueue(device, PROBLEMS, [], {"trials": 3})
     store.engine.dispose()
@@ -235,15 +359,30 @@ def _run(argv: list[str], url: str) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-BEST_ARGS = ["best", "--batch", "4", "--heads-q", "16", "--seqlen-q", "2048", "--head-dim",
-             "128", "--device", "NVIDIA H200"]
+BEST_ARGS = [
+    "best",
+    "--batch",
+    "4",
+    "--heads-q",
+    "16",
+    "--seqlen-q",
+    "2048",
+    "--head-dim",
+    "128",
+    "--device",
+    "NVIDIA H200",
+]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda d: d.name)
 def test_a_bad_row_is_refused_by_name_and_every_command_serves_the_rest(
-        damage: Damage, backend: str, tmp_path: Path, request: pytest.FixtureRequest,
-        caplog: pytest.LogCaptureFixture,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    damage: Damage,
+    backend: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     sql = damage.sqlite if backend == "sqlite" else damage.postgresql
     if sql is None:
         pytest.skip("PostgreSQL's types keep this value out")
@@ -255,11 +394,16 @@ def test_a_bad_row_is_refused_by_name_and_every_command_serves_the_rest(
         status, listed, list_err = _run(["list"], url)
         served["list"] = (status, int(listed.strip().splitlines()[-1].split()[0]))
         status, _, _ = _run(["export", "-o", str(tmp_path / "export.json")], url)
-        served["export"] = (status, len(json.loads((tmp_path / "export.json").read_text())
-                                        ["results"]))
+        served["export"] = (
+            status,
+            len(json.loads((tmp_path / "export.json").read_text())["results"]),
+        )
         status, _, _ = _run(["report", "--json", str(tmp_path / "report.json")], url)
-        report = (json.loads((tmp_path / "report.json").read_text())
-                  if (tmp_path / "report.json").exists() else [])
+        report = (
+            json.loads((tmp_path / "report.json").read_text())
+            if (tmp_path / "report.json").exists()
+            else []
+        )
         served["report"] = (status, len(report))
         status, missed, _ = _run(["misses", "--json"], url)
         served["misses"] = (status, len(json.loads(missed)))
@@ -274,8 +418,14 @@ def test_a_bad_row_is_refused_by_name_and_every_command_serves_the_rest(
     refusals = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     refusals += [line for line in list_err.splitlines() if line.startswith("refused")]
     refusals += [note for d in decisions for note in d.skipped]
-    fault_summary({"case": f"bad row: {damage.name}", "backend": backend, "served": served,
-                   "refused": [r[:160] for r in sorted(set(refusals))[:3]]})
+    fault_summary(
+        {
+            "case": f"bad row: {damage.name}",
+            "backend": backend,
+            "served": served,
+            "refused": [r[:160] for r in sorted(set(refusals))[:3]],
+        }
+    )
 
     assert served["list"] == (0, ROWS - damage.bests)
     assert served["export"] == (0, ROWS - damage.bests)

@@ -39,8 +39,9 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
 
 
 @pytest.fixture
-def cache(tmp_path: Path, pristine: BuildResult,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[ArtifactCache]:
+def cache(
+    tmp_path: Path, pristine: BuildResult, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ArtifactCache]:
     """A private cache holding a copy of the pristine entry (also the default cache)."""
     assert pristine.cubin is not None
     root = tmp_path / "cache"
@@ -63,8 +64,11 @@ def no_nvcc(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         calls.append(command)
         raise AssertionError(f"nvcc ran: {command[:2]}")
 
-    monkeypatch.setattr(compiler, "subprocess", types.SimpleNamespace(
-        run=fake_run, TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(
+        compiler,
+        "subprocess",
+        types.SimpleNamespace(run=fake_run, TimeoutExpired=subprocess.TimeoutExpired),
+    )
     return calls
 
 
@@ -77,7 +81,7 @@ def test_an_intact_entry_is_served(cache: ArtifactCache, pristine: BuildResult) 
 def garble(path: Path) -> None:
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
-    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
     path.write_bytes(bytes(data))
 
 
@@ -97,27 +101,37 @@ def garble_record(path: Path) -> None:
 
 @pytest.mark.parametrize("damage", [garble, truncate, drop_ptxas, garble_record])
 def test_a_damaged_entry_is_a_logged_miss_and_evicted(
-        cache: ArtifactCache, pristine: BuildResult, damage, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch, fault_summary) -> None:  # type: ignore[no-untyped-def]
+    cache: ArtifactCache,
+    pristine: BuildResult,
+    damage,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    fault_summary,
+) -> None:  # type: ignore[no-untyped-def]
     directory = entry_dir(cache, pristine)
     damage(directory / "kernel.cubin")
     no_nvcc(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="autotune"):
         hit = lookup(SMALL, H200, cache)
     named = any(str(directory) in r.getMessage() for r in caplog.records)
-    fault_summary({"case": f"cubin cache: {damage.__name__.replace('_', ' ')}",
-                   "served": hit is not None, "evicted": not directory.exists(),
-                   "logged_with_its_path": named,
-                   "rebuilt": "by the next plain compile "
-                              "(test_a_damaged_entry_is_rebuilt_by_a_plain_compile)"})
+    fault_summary(
+        {
+            "case": f"cubin cache: {damage.__name__.replace('_', ' ')}",
+            "served": hit is not None,
+            "evicted": not directory.exists(),
+            "logged_with_its_path": named,
+            "rebuilt": "by the next plain compile "
+            "(test_a_damaged_entry_is_rebuilt_by_a_plain_compile)",
+        }
+    )
     assert hit is None
     assert not directory.exists(), "the damaged entry was left in the cache"
     assert named, caplog.text
 
 
 def test_a_damaged_entry_is_rebuilt_by_a_plain_compile(
-        cache: ArtifactCache, pristine: BuildResult, caplog: pytest.LogCaptureFixture,
-        fault_summary) -> None:  # type: ignore[no-untyped-def]
+    cache: ArtifactCache, pristine: BuildResult, caplog: pytest.LogCaptureFixture, fault_summary
+) -> None:  # type: ignore[no-untyped-def]
     """Detected by its digest and evicted, the entry is built again by a compile without
     --force (the cache has nothing to keep), and what it holds then is a valid cubin."""
     directory = entry_dir(cache, pristine)
@@ -132,10 +146,15 @@ def test_a_damaged_entry_is_rebuilt_by_a_plain_compile(
         valid = read_launch_info(cubin) == pristine.launch_info
     except Exception:  # noqa: BLE001 - a damaged cubin served again is this case's failure
         valid = False
-    fault_summary({"case": "cubin cache: truncated cubin rebuilt by a plain compile",
-                   "detected_by_digest": detected, "rebuilt": rebuilt.ok and not rebuilt.cached,
-                   "served_after": served is not None and served.cached,
-                   "valid_cubin": valid})
+    fault_summary(
+        {
+            "case": "cubin cache: truncated cubin rebuilt by a plain compile",
+            "detected_by_digest": detected,
+            "rebuilt": rebuilt.ok and not rebuilt.cached,
+            "served_after": served is not None and served.cached,
+            "valid_cubin": valid,
+        }
+    )
     assert detected, caplog.text
     assert rebuilt.ok and not rebuilt.cached, rebuilt.message
     assert valid
@@ -143,8 +162,9 @@ def test_a_damaged_entry_is_rebuilt_by_a_plain_compile(
     assert served is not None and served.cached and served.cubin == directory / "kernel.cubin"
 
 
-def test_force_replaces_a_broken_entry(cache: ArtifactCache, pristine: BuildResult,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_force_replaces_a_broken_entry(
+    cache: ArtifactCache, pristine: BuildResult, capsys: pytest.CaptureFixture[str]
+) -> None:
     directory = entry_dir(cache, pristine)
     garble(directory / "kernel.cubin")
     garbled = (directory / "kernel.cubin").read_bytes()
@@ -157,8 +177,8 @@ def test_force_replaces_a_broken_entry(cache: ArtifactCache, pristine: BuildResu
 
 
 def test_an_unwritable_cache_is_one_clear_error_before_nvcc(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "readonly-cache"
     monkeypatch.setenv("CUTE_AUTOTUNE_CACHE", str(root))
     calls = no_nvcc(monkeypatch)
@@ -171,7 +191,8 @@ def test_an_unwritable_cache_is_one_clear_error_before_nvcc(
 
 
 def test_a_read_only_cache_still_serves_its_entries(
-        cache: ArtifactCache, pristine: BuildResult, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache: ArtifactCache, pristine: BuildResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
     no_nvcc(monkeypatch)
     with read_only(cache.root.parent):
         hit = lookup(SMALL, H200, ArtifactCache(cache.root.parent))

@@ -53,15 +53,19 @@ KB = 1024
 def _made_with(stale: str = "") -> dict[str, Any]:
     """The `toolchain` of a record: the current one, or one `stale` names as changed."""
     tools = toolchain()
-    made = {"nvcc": tools.nvcc_version, "cutlass": tools.cutlass_version,
-            "kernel_source": family_source_hash(load_space("sm80"))}
+    made = {
+        "nvcc": tools.nvcc_version,
+        "cutlass": tools.cutlass_version,
+        "kernel_source": family_source_hash(load_space("sm80")),
+    }
     if stale:
         made[stale] = "0.0"  # another release
     return made
 
 
-def _put(cache: ArtifactCache, name: str, size: int, *, stale: str = "",
-         used: float | None = None) -> Path:
+def _put(
+    cache: ArtifactCache, name: str, size: int, *, stale: str = "", used: float | None = None
+) -> Path:
     """An entry of `size` bytes of cubin (not a kernel: the bound reads sizes and records)."""
     key = hashlib.sha256(name.encode()).hexdigest()[:32]
     record = {"key": key, "toolchain": _made_with(stale), "flags": NVCC_FLAGS}
@@ -80,9 +84,18 @@ def cache(cache_root: Path) -> ArtifactCache:
 pytestmark = pytest.mark.nvcc
 
 
-@pytest.mark.parametrize(("text", "size"), [("2G", 2 << 30), ("500M", 500 << 20),
-                                            ("1.5GiB", 3 << 29), ("64kb", 64 * KB),
-                                            ("1048576", 1 << 20), ("0", 0), ("none", None)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2G", 2 << 30),
+        ("500M", 500 << 20),
+        ("1.5GiB", 3 << 29),
+        ("64kb", 64 * KB),
+        ("1048576", 1 << 20),
+        ("0", 0),
+        ("none", None),
+    ],
+)
 def test_sizes_are_read_in_powers_of_1024(text: str, size: int | None) -> None:
     assert parse_size(text) == size
 
@@ -104,16 +117,22 @@ def test_the_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_stale_entries_go_before_the_least_recently_used(
-        cache: ArtifactCache, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    cache: ArtifactCache, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     now = time.time()
-    current = [_put(cache, f"current {i}", 100 * KB, used=now - 3600 * (5 - i))
-               for i in range(3)]
-    stale = [_put(cache, f"stale {what}", 100 * KB, stale=what, used=now)
-             for what in ("kernel_source", "nvcc", "cutlass")]
+    current = [_put(cache, f"current {i}", 100 * KB, used=now - 3600 * (5 - i)) for i in range(3)]
+    stale = [
+        _put(cache, f"stale {what}", 100 * KB, stale=what, used=now)
+        for what in ("kernel_source", "nvcc", "cutlass")
+    ]
     report = prune(cache, 350 * KB, flags=NVCC_FLAGS)
     evicted = {entry.path: why for entry, why in report.evicted}
-    fault_summary({"case": "cubin cache over its limit: 3 stale entries used last, 3 current",
-                   "evicted": sorted(evicted.values())})
+    fault_summary(
+        {
+            "case": "cubin cache over its limit: 3 stale entries used last, 3 current",
+            "evicted": sorted(evicted.values()),
+        }
+    )
     assert set(evicted) == set(stale), evicted
     assert "built from other kernel sources" in evicted.values()
     assert all(path.exists() for path in current)
@@ -135,7 +154,9 @@ def test_prune_stale_evicts_every_stale_entry_whatever_the_size(cache: ArtifactC
     (unreadable / "build.json").write_text("{")
     report = prune(cache, None, flags=NVCC_FLAGS, stale=True)
     assert {entry.path: why for entry, why in report.evicted} == {
-        old: "built with other nvcc flags", unreadable: "unreadable build.json"}
+        old: "built with other nvcc flags",
+        unreadable: "unreadable build.json",
+    }
     assert keep.exists()
 
 
@@ -170,14 +191,20 @@ class _ReplayedNvcc:
 
 
 def test_the_limit_holds_under_a_build_loop(
-        cache: ArtifactCache, monkeypatch: pytest.MonkeyPatch,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    cache: ArtifactCache,
+    monkeypatch: pytest.MonkeyPatch,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     replay = _ReplayedNvcc()
-    monkeypatch.setattr(compiler, "subprocess", types.SimpleNamespace(
-        run=replay.run, TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(
+        compiler,
+        "subprocess",
+        types.SimpleNamespace(run=replay.run, TimeoutExpired=subprocess.TimeoutExpired),
+    )
     monkeypatch.setenv(LIMIT_ENV, "200K")
     configs = load_space("sm80").valid_configs(
-        H200, {"head_dim": 64, "dtype": "fp16", "causal": False})[:12]
+        H200, {"head_dim": 64, "dtype": "fp16", "causal": False}
+    )[:12]
     assert len(configs) == 12
     sizes, built = [], []
     for config in configs:
@@ -186,8 +213,13 @@ def test_the_limit_holds_under_a_build_loop(
         built.append(build.cubin.parent)  # type: ignore[union-attr]
         sizes.append(sum(e.size for e in survey(cache, judge=False)))
     entry = sum(f.stat().st_size for f in built[-1].iterdir())
-    fault_summary({"case": "cubin cache limit 200K held under a loop of 12 builds",
-                   "entry_bytes": entry, "total_after_each_build": sizes})
+    fault_summary(
+        {
+            "case": "cubin cache limit 200K held under a loop of 12 builds",
+            "entry_bytes": entry,
+            "total_after_each_build": sizes,
+        }
+    )
     assert replay.runs == len(configs)
     assert max(sizes) <= 200 * KB + entry, sizes  # the limit, or the one entry just built
     assert built[-1].exists()
@@ -203,23 +235,31 @@ FAKE_NVCC = textwrap.dedent("""\
 
 
 def test_a_build_killed_mid_way_leaves_nothing_behind(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     fake = tmp_path / "cuda" / "bin" / "nvcc"
     fake.parent.mkdir(parents=True)
     fake.write_text(FAKE_NVCC.format(real=toolchain().nvcc))
     fake.chmod(0o755)
     system_tmp, root = tmp_path / "tmp", tmp_path / "cache"
     system_tmp.mkdir()
-    env = {**os.environ, "CUDA_HOME": str(fake.parent.parent), "TMPDIR": str(system_tmp),
-           "CUTE_AUTOTUNE_CACHE": str(root), "PYTHONPATH": os.pathsep.join(sys.path)}
-    build = (f"from autotune.build.compiler import compile_config\n"
-             f"from autotune.model.config import Config\n"
-             f"from autotune.model.target import target_for_arch\n"
-             f"compile_config(Config.from_dict({sm80_config(head_dim=64)!r}), "
-             f"target_for_arch(90))\n")
-    process = subprocess.Popen([sys.executable, "-c", build], env=env,
-                               start_new_session=True)
+    env = {
+        **os.environ,
+        "CUDA_HOME": str(fake.parent.parent),
+        "TMPDIR": str(system_tmp),
+        "CUTE_AUTOTUNE_CACHE": str(root),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    build = (
+        f"from autotune.build.compiler import compile_config\n"
+        f"from autotune.model.config import Config\n"
+        f"from autotune.model.target import target_for_arch\n"
+        f"compile_config(Config.from_dict({sm80_config(head_dim=64)!r}), "
+        f"target_for_arch(90))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", build], env=env, start_new_session=True)
     work = root / "cubins" / WORK
     deadline = time.time() + 120
     while not (work.is_dir() and any(work.iterdir())) and time.time() < deadline:
@@ -238,9 +278,14 @@ def test_a_build_killed_mid_way_leaves_nothing_behind(
     in_system_tmp = sorted(p.name for p in system_tmp.iterdir())
     with contextlib.redirect_stdout(io.StringIO()) as said:
         status = main(["cache", "prune"])
-    fault_summary({"case": "cubin cache: a build killed while nvcc ran, and one in put",
-                   "left_in_system_tmp": in_system_tmp, "leftovers_found": len(found),
-                   "prune": said.getvalue().strip().splitlines()[-1]})
+    fault_summary(
+        {
+            "case": "cubin cache: a build killed while nvcc ran, and one in put",
+            "left_in_system_tmp": in_system_tmp,
+            "leftovers_found": len(found),
+            "prune": said.getvalue().strip().splitlines()[-1],
+        }
+    )
     assert in_system_tmp == []
     assert len(killed) == 1 and sorted(found) == sorted([*killed, staging])
     assert status == 0
@@ -274,7 +319,8 @@ def test_cache_commands(cache: ArtifactCache, capsys: pytest.CaptureFixture[str]
 
 
 def test_a_read_only_cache_is_listed_and_left_as_it_is(
-        cache: ArtifactCache, capsys: pytest.CaptureFixture[str]) -> None:
+    cache: ArtifactCache, capsys: pytest.CaptureFixture[str]
+) -> None:
     entry = _put(cache, "kept", 10 * KB, stale="nvcc")
     with read_only(entry.parent):
         report = prune(cache, 0)

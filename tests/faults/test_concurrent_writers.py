@@ -18,26 +18,59 @@ from sqlalchemy import create_engine, text
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
-SHAPE = ["--batch", "4", "--heads-q", "16", "--seqlen-q", "2048", "--head-dim", "128",
-         "--dtype", "fp16"]
+SHAPE = [
+    "--batch",
+    "4",
+    "--heads-q",
+    "16",
+    "--seqlen-q",
+    "2048",
+    "--head-dim",
+    "128",
+    "--dtype",
+    "fp16",
+]
 
 
 def _tune(url: str, seed: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "autotune.cli", "tune", *SHAPE, "--replay", str(RECORDING),
-         "--trials", "6", "--without-sdpa", "--seed", str(seed), "--quiet", "--db", url,
-         # the tuning sessions' writes are under test; the refit after each (a read, a fit of
-         # seconds of CPU, one short write; its failure never fails a session) is left out so
-         # that 4-8 fits at once do not starve the writers on a 2-core machine
-         "--no-refit"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "COLUMNS": "100"})
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "tune",
+            *SHAPE,
+            "--replay",
+            str(RECORDING),
+            "--trials",
+            "6",
+            "--without-sdpa",
+            "--seed",
+            str(seed),
+            "--quiet",
+            "--db",
+            url,
+            # the tuning sessions' writes are under test; the refit after each (a read, a fit of
+            # seconds of CPU, one short write; its failure never fails a session) is left out so
+            # that 4-8 fits at once do not starve the writers on a 2-core machine
+            "--no-refit",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
 
 
 def _list(url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "list", "--db", url],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "list", "--db", url],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _run_together(url: str, workers: int) -> None:
@@ -52,22 +85,26 @@ def _run_together(url: str, workers: int) -> None:
         assert count("select count(*) from problems") == 1
         assert count("select count(*) from best_configs") == 1
         assert count("select count(*) from kernel_configs") == count(
-            "select count(distinct digest) from kernel_configs")
+            "select count(distinct digest) from kernel_configs"
+        )
         assert count("select count(*) from builds") == count(
-            "select count(distinct artifact_key) from builds")
+            "select count(distinct artifact_key) from builds"
+        )
         # no trial is left RUNNING by a process that finished
         assert count("select count(*) from trials where state = 'RUNNING'") == 0
 
 
 @pytest.mark.parametrize("workers", [4, 8])
 def test_tuning_processes_started_together_on_a_new_sqlite_file_all_finish(
-        tmp_path: Path, workers: int) -> None:
+    tmp_path: Path, workers: int
+) -> None:
     _run_together(f"sqlite:///{tmp_path}/new.db", workers)
 
 
 @pytest.mark.postgres
 def test_tuning_processes_started_together_on_a_new_postgres_database_all_finish(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     _run_together(postgres_url, 4)
 
 

@@ -49,7 +49,7 @@ def not_a_database(path: Path) -> None:
 def garbled(path: Path) -> None:
     data = bytearray(path.read_bytes())
     for page in range(1, len(data) // 4096):  # keep the header page, scramble the rest
-        data[page * 4096: page * 4096 + 512] = bytes(range(256)) * 2
+        data[page * 4096 : page * 4096 + 512] = bytes(range(256)) * 2
     path.write_bytes(bytes(data))
 
 
@@ -58,12 +58,16 @@ def truncated(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [not_a_database, garbled, truncated])
-@pytest.mark.parametrize("command", [["list"], ["export"], ["best", "--heads-q", "16",
-                                                            "--seqlen-q", "512",
-                                                            "--head-dim", "128"]])
-def test_a_damaged_database_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                        damage: Callable[[Path], None],
-                                        command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["export"], ["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "128"]],
+)
+def test_a_damaged_database_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+    command: list[str],
+) -> None:
     path = tmp_path / "tuning.db"
     url = populated(path)
     damage(path)
@@ -71,20 +75,30 @@ def test_a_damaged_database_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert str(path) in err and "database" in err
 
 
-@pytest.mark.parametrize("url, fragment", [
-    ("notaurl", "no tuning database at"),  # a plain path names a SQLite file (none there)
-    ("nosuchdialect://x/y", "not a database URL"),
-])
-def test_a_url_that_is_not_one_is_one_line(url: str, fragment: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "url, fragment",
+    [
+        ("notaurl", "no tuning database at"),  # a plain path names a SQLite file (none there)
+        ("nosuchdialect://x/y", "not a database URL"),
+    ],
+)
+def test_a_url_that_is_not_one_is_one_line(
+    url: str, fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     err = one_line_error(capsys, main(["list", "--db", url]))
     assert fragment in err and url in err
 
 
-@pytest.mark.parametrize("url, module", [("postgresql+psycopg2://u@localhost/tuning", "psycopg2"),
-                                         ("mysql://u@localhost/tuning", "MySQLdb")])
-def test_a_url_whose_driver_is_missing_says_which(url: str, module: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "url, module",
+    [
+        ("postgresql+psycopg2://u@localhost/tuning", "psycopg2"),
+        ("mysql://u@localhost/tuning", "MySQLdb"),
+    ],
+)
+def test_a_url_whose_driver_is_missing_says_which(
+    url: str, module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is installed here")
     err = one_line_error(capsys, main(["list", "--db", url]))
@@ -92,25 +106,47 @@ def test_a_url_whose_driver_is_missing_says_which(url: str, module: str,
 
 
 def test_a_wal_database_in_a_read_only_folder_is_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "shared"
     folder.mkdir()
     url = populated(folder / "tuning.db")
     with read_only(folder):
         err = one_line_error(capsys, main(["list", "--db", url]))
         assert str(folder / "tuning.db") in err
-        err = one_line_error(capsys, main(["tune", "--replay", str(RECORDING), "--batch", "4",
-                                           "--heads-q", "16", "--seqlen-q", "2048",
-                                           "--head-dim", "128", "--trials", "2", "--quiet",
-                                           "--db", url]))
+        err = one_line_error(
+            capsys,
+            main(
+                [
+                    "tune",
+                    "--replay",
+                    str(RECORDING),
+                    "--batch",
+                    "4",
+                    "--heads-q",
+                    "16",
+                    "--seqlen-q",
+                    "2048",
+                    "--head-dim",
+                    "128",
+                    "--trials",
+                    "2",
+                    "--quiet",
+                    "--db",
+                    url,
+                ]
+            ),
+        )
         assert str(folder / "tuning.db") in err
 
 
-@pytest.mark.parametrize("command", [["list"], ["export"], ["best", "--heads-q", "16",
-                                                            "--seqlen-q", "512",
-                                                            "--head-dim", "128"]])
-def test_read_only_commands_create_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["export"], ["best", "--heads-q", "16", "--seqlen-q", "512", "--head-dim", "128"]],
+)
+def test_read_only_commands_create_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
     missing = tmp_path / "tuning.db"  # a file not made yet, in a folder that exists
     err = one_line_error(capsys, main([*command, "--db", f"sqlite:///{missing}"]))
     assert "no tuning database" in err and str(missing) in err
@@ -124,25 +160,62 @@ def test_read_only_commands_create_nothing(tmp_path: Path, capsys: pytest.Captur
     assert not typo.parent.exists()
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--replay", "/no/such/recording.json", "--heads-q", "16", "--seqlen-q", "2048"],
-     "/no/such/recording.json"),
-    (["--replay", str(RECORDING), "--heads-q", "12", "--seqlen-q", "999"], "not recorded"),
-])
-def test_replay_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    args: list[str], fragment: str) -> None:
-    err = one_line_error(capsys, main(["tune", *args, "--head-dim", "128", "--trials", "2",
-                                       "--quiet", "--db", f"sqlite:///{tmp_path}/t.db"]))
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["--replay", "/no/such/recording.json", "--heads-q", "16", "--seqlen-q", "2048"],
+            "/no/such/recording.json",
+        ),
+        (["--replay", str(RECORDING), "--heads-q", "12", "--seqlen-q", "999"], "not recorded"),
+    ],
+)
+def test_replay_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    err = one_line_error(
+        capsys,
+        main(
+            [
+                "tune",
+                *args,
+                "--head-dim",
+                "128",
+                "--trials",
+                "2",
+                "--quiet",
+                "--db",
+                f"sqlite:///{tmp_path}/t.db",
+            ]
+        ),
+    )
     assert fragment in err
 
 
-def test_a_recording_that_is_not_one_is_one_line(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_recording_that_is_not_one_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "recording.json"
     bad.write_text(json.dumps({"device": H200_DEVICE}))
-    err = one_line_error(capsys, main(["tune", "--replay", str(bad), "--heads-q", "16",
-                                       "--seqlen-q", "2048", "--head-dim", "128", "--quiet",
-                                       "--db", f"sqlite:///{tmp_path}/t.db"]))
+    err = one_line_error(
+        capsys,
+        main(
+            [
+                "tune",
+                "--replay",
+                str(bad),
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "2048",
+                "--head-dim",
+                "128",
+                "--quiet",
+                "--db",
+                f"sqlite:///{tmp_path}/t.db",
+            ]
+        ),
+    )
     assert str(bad) in err
 
 
@@ -150,14 +223,17 @@ P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
 
 
 def test_dispatch_keeps_the_database_error_as_its_reason(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "tuning.db"
     url = populated(path)
     garbled(path)
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
     d = Dispatcher(url)
     d._identify = lambda index: (  # type: ignore[method-assign]
-        dispatch_module.DeviceInfo(**H200_DEVICE), target_for_arch(90))
+        dispatch_module.DeviceInfo(**H200_DEVICE),
+        target_for_arch(90),
+    )
     d._load = lambda config, target, index, problems: object()  # type: ignore[method-assign,assignment]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -172,5 +248,5 @@ def test_dispatch_keeps_the_database_error_as_its_reason(
 
 def test_sqlite_files_used_here_are_real_databases(tmp_path: Path) -> None:
     url = populated(tmp_path / "t.db", n=2)
-    with sqlite3.connect(url[len("sqlite:///"):]) as c:
+    with sqlite3.connect(url[len("sqlite:///") :]) as c:
         assert c.execute("select count(*) from best_configs").fetchone() == (2,)

@@ -38,11 +38,26 @@ SHAPES = ["--shapes", "llm-prefill", "--head-dim", "128", "--dtype", "fp16", "--
 SEARCH = ["--sampler", "grid", "--trials", "90", "--rerank-top", "2", "--without-sdpa"]
 # Another GPU model, with one item of its own on the queue; its worker replays the recording
 # as if measured on it (its own device, compute capability and shared-memory limit).
-OTHER_GPU = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": 80, "sm_count": 108,
-             "driver_version": "580.159.04", "cuda_version": "13.0",
-             "max_smem_per_block": 166912}
-OTHER_SHAPE = ["--batch", "4", "--heads-q", "16", "--seqlen-q", "2048", "--head-dim", "128",
-               "--dtype", "fp16"]
+OTHER_GPU = {
+    "name": "NVIDIA A100-SXM4-80GB",
+    "compute_capability": 80,
+    "sm_count": 108,
+    "driver_version": "580.159.04",
+    "cuda_version": "13.0",
+    "max_smem_per_block": 166912,
+}
+OTHER_SHAPE = [
+    "--batch",
+    "4",
+    "--heads-q",
+    "16",
+    "--seqlen-q",
+    "2048",
+    "--head-dim",
+    "128",
+    "--dtype",
+    "fp16",
+]
 WORKERS = 8
 LEASE_S = "5"  # 2 s leases ran out on the loaded 2-core CI machine (a duplicated measurement)
 ResultKey = tuple[str, int, int, int, int, str]  # device, batch, Hq, Hkv, Lq, config digest
@@ -57,11 +72,27 @@ def _other_gpu_recording(folder: Path) -> Path:
 
 
 def _enqueue(url: str, other_recording: Path) -> None:
-    assert main(["tune", "--enqueue", "--replay", str(RECORDING), *SHAPES, *SEARCH,
-                 "--db", url]) == 0
+    assert (
+        main(["tune", "--enqueue", "--replay", str(RECORDING), *SHAPES, *SEARCH, "--db", url]) == 0
+    )
     gpu = ":".join(str(OTHER_GPU[k]) for k in ("name", "compute_capability", "sm_count"))
-    assert main(["tune", "--enqueue", "--replay", str(other_recording), *OTHER_SHAPE, *SEARCH,
-                 "--for-gpu", gpu, "--db", url]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--enqueue",
+                "--replay",
+                str(other_recording),
+                *OTHER_SHAPE,
+                *SEARCH,
+                "--for-gpu",
+                gpu,
+                "--db",
+                url,
+            ]
+        )
+        == 0
+    )
 
 
 @dataclass
@@ -76,9 +107,24 @@ class Fleet:
     def start(self, recording: Path = RECORDING) -> subprocess.Popen[bytes]:
         log = self.logs / f"worker-{len(self.started)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--replay",
-                                     str(recording), "--db", self.url, "--lease", LEASE_S,
-                                     "--wait"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "autotune.cli",
+                    "worker",
+                    "--replay",
+                    str(recording),
+                    "--db",
+                    self.url,
+                    "--lease",
+                    LEASE_S,
+                    "--wait",
+                ],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.started.append((proc, log))
         return proc
 
@@ -101,21 +147,31 @@ def _results(url: str) -> tuple[dict[ResultKey, list[float]], dict[tuple[Any, ..
     problem = "d.name, p.batch, p.heads_q, p.heads_kv, p.seqlen_q"
     with create_engine(url).connect() as c:
         measured: dict[ResultKey, list[float]] = {}
-        for *key, median in c.execute(text(
+        for *key, median in c.execute(
+            text(
                 f"select {problem}, k.digest, m.median_us from measurements m "
                 "join devices d on d.id = m.device_id join problems p on p.id = m.problem_id "
-                "join kernel_configs k on k.id = m.config_id where m.phase = 'search'")):
+                "join kernel_configs k on k.id = m.config_id where m.phase = 'search'"
+            )
+        ):
             measured.setdefault(tuple(key), []).append(median)  # type: ignore[arg-type]
-        best = {tuple(key): digest for *key, digest in c.execute(text(
-            f"select {problem}, k.digest from best_configs b join devices d on "
-            "d.id = b.device_id join problems p on p.id = b.problem_id "
-            "join kernel_configs k on k.id = b.config_id"))}
+        best = {
+            tuple(key): digest
+            for *key, digest in c.execute(
+                text(
+                    f"select {problem}, k.digest from best_configs b join devices d on "
+                    "d.id = b.device_id join problems p on p.id = b.problem_id "
+                    "join kernel_configs k on k.id = b.config_id"
+                )
+            )
+        }
     return measured, best
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory
-              ) -> tuple[dict[ResultKey, list[float]], dict[tuple[Any, ...], str]]:
+def reference(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[ResultKey, list[float]], dict[tuple[Any, ...], str]]:
     """The results of the same items drained by one worker per GPU model, undisturbed."""
     folder = tmp_path_factory.mktemp("reference")
     url = f"sqlite:///{folder}/reference.db"
@@ -132,9 +188,14 @@ def _terminate_backends(url: str) -> int:
     """The server ends every other connection to the database at once, whatever each was
     doing (pg_terminate_backend: mid-transaction, mid-query or idle in the pool)."""
     with create_engine(url, isolation_level="AUTOCOMMIT").connect() as c:
-        return int(c.execute(text(
-            "select count(pg_terminate_backend(pid)) from pg_stat_activity "
-            "where datname = current_database() and pid <> pg_backend_pid()")).scalar_one())
+        return int(
+            c.execute(
+                text(
+                    "select count(pg_terminate_backend(pid)) from pg_stat_activity "
+                    "where datname = current_database() and pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+        )
 
 
 def _terminate_while_working(url: str, workers: list[subprocess.Popen[bytes]]) -> int:
@@ -166,9 +227,17 @@ def _until_measuring(url: str) -> None:
     raise AssertionError("no worker stored a measurement within 300 s")
 
 
-def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
-                fault_summary: Callable[[dict[str, Any]], None], *, kill_rounds: int = 0,
-                drop_rounds: int = 0, seed: int = 7) -> None:
+def _fault_case(
+    name: str,
+    url: str,
+    tmp_path: Path,
+    reference: Any,
+    fault_summary: Callable[[dict[str, Any]], None],
+    *,
+    kill_rounds: int = 0,
+    drop_rounds: int = 0,
+    seed: int = 7,
+) -> None:
     reference_measured, reference_best = reference
     other = _other_gpu_recording(tmp_path)
     _enqueue(url, other)
@@ -203,38 +272,57 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
     lost = len(set(reference_measured) - set(measured))
     duplicated = sum(len(v) - 1 for v in measured.values())
     with create_engine(url).connect() as c:
-        running_trials = {named: c.execute(text(
-            f"select count(*) from trials t where t.state = 'RUNNING' and {named} exists "
-            "(select 1 from trial_user_attributes a where a.trial_id = t.trial_id and "
-            "a.key = 'owner')")).scalar_one() for named in ("", "not")}
+        running_trials = {
+            named: c.execute(
+                text(
+                    f"select count(*) from trials t where t.state = 'RUNNING' and {named} exists "
+                    "(select 1 from trial_user_attributes a where a.trial_id = t.trial_id and "
+                    "a.key = 'owner')"
+                )
+            ).scalar_one()
+            for named in ("", "not")
+        }
     outputs = {pid: out for pid, _, out in ended}
     tracebacks = sum("Traceback" in out for out in outputs.values())
     locked = sum("database is locked" in out for out in outputs.values())
     failed_exits = [(pid, rc) for pid, rc, _ in ended if pid not in fleet.killed and rc != 0]
     other_items = [i for i in items if i.device_name == OTHER_GPU["name"]]
     taken_by_other = [i for i in items if i.worker and str(other_worker.pid) in i.worker]
-    fault_summary({
-        "case": name, "backend": create_engine(url).dialect.name,
-        "workers": WORKERS, "worker_of_another_gpu_model": 1, "kills": kills,
-        "connection_drops": drops, "connections_terminated": terminated, "items": len(items),
-        "items_done_once": sum(i.state == "done" for i in items),
-        "retaken": sum(i.attempts > 1 for i in items), "measurements": len(measured),
-        "lost": lost, "duplicated": duplicated,
-        "extra": len(set(measured) - set(reference_measured)),
-        "same_best_configs": best == reference_best,
-        "items_the_other_gpu_model_took": [i.gpu_model for i in taken_by_other],
-        "outputs_with_a_traceback": tracebacks, "outputs_with_database_is_locked": locked,
-        # none: a trial's owner is written in the transaction that makes it RUNNING
-        # (tune.owned_trials)
-        "running_trials_without_an_owner": running_trials["not"]})
+    fault_summary(
+        {
+            "case": name,
+            "backend": create_engine(url).dialect.name,
+            "workers": WORKERS,
+            "worker_of_another_gpu_model": 1,
+            "kills": kills,
+            "connection_drops": drops,
+            "connections_terminated": terminated,
+            "items": len(items),
+            "items_done_once": sum(i.state == "done" for i in items),
+            "retaken": sum(i.attempts > 1 for i in items),
+            "measurements": len(measured),
+            "lost": lost,
+            "duplicated": duplicated,
+            "extra": len(set(measured) - set(reference_measured)),
+            "same_best_configs": best == reference_best,
+            "items_the_other_gpu_model_took": [i.gpu_model for i in taken_by_other],
+            "outputs_with_a_traceback": tracebacks,
+            "outputs_with_database_is_locked": locked,
+            # none: a trial's owner is written in the transaction that makes it RUNNING
+            # (tune.owned_trials)
+            "running_trials_without_an_owner": running_trials["not"],
+        }
+    )
 
     assert kills == kill_rounds and drops == drop_rounds, (
         f"{kills} of {kill_rounds} kills and {drops} of {drop_rounds} connection drops "
-        "landed: the workers ended before every fault round")
+        "landed: the workers ended before every fault round"
+    )
     assert [i.state for i in items] == ["done"] * len(items) and len(items) == 9
     assert lost == 0 and duplicated == 0 and not set(measured) - set(reference_measured)
     assert {k: v[0] for k, v in measured.items()} == {
-        k: v[0] for k, v in reference_measured.items()}
+        k: v[0] for k, v in reference_measured.items()
+    }
     assert best == reference_best
     # the other model's worker took its own item and nothing else
     assert taken_by_other == other_items and len(other_items) == 1
@@ -250,29 +338,54 @@ def _fault_case(name: str, url: str, tmp_path: Path, reference: Any,
 # below and test_work_queue's killed worker.
 @pytest.mark.long
 def test_workers_killed_at_random_lose_and_duplicate_nothing_on_sqlite(
-        tmp_path: Path, reference: Any, fault_summary: Callable[[dict[str, Any]], None]) -> None:
-    _fault_case("sqlite: 8 workers, kill -9 of workers at random over 4 rounds, a worker of "
-                "another GPU model", f"sqlite:///{tmp_path}/faulted.db", tmp_path, reference,
-                fault_summary, kill_rounds=4)
+    tmp_path: Path, reference: Any, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
+    _fault_case(
+        "sqlite: 8 workers, kill -9 of workers at random over 4 rounds, a worker of "
+        "another GPU model",
+        f"sqlite:///{tmp_path}/faulted.db",
+        tmp_path,
+        reference,
+        fault_summary,
+        kill_rounds=4,
+    )
 
 
 @pytest.mark.long
 @pytest.mark.postgres
 def test_workers_killed_at_random_lose_and_duplicate_nothing_on_postgres(
-        postgres_url: str, tmp_path: Path, reference: Any,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
-    _fault_case("postgresql: 8 workers, kill -9 of workers at random over 4 rounds, a worker "
-                "of another GPU model", postgres_url, tmp_path, reference, fault_summary,
-                kill_rounds=4)
+    postgres_url: str,
+    tmp_path: Path,
+    reference: Any,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
+    _fault_case(
+        "postgresql: 8 workers, kill -9 of workers at random over 4 rounds, a worker "
+        "of another GPU model",
+        postgres_url,
+        tmp_path,
+        reference,
+        fault_summary,
+        kill_rounds=4,
+    )
 
 
 @pytest.mark.postgres
 def test_connections_dropped_mid_transaction_lose_and_duplicate_nothing_on_postgres(
-        postgres_url: str, tmp_path: Path, reference: Any,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    postgres_url: str,
+    tmp_path: Path,
+    reference: Any,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     """The server terminates every worker's connection, at random moments over several
     rounds. (On SQLite a transaction cut off halfway is a process killed inside it: the kill
     rounds.)"""
-    _fault_case("postgresql: 8 workers, every worker's connection terminated by the server "
-                "at random over 4 rounds, a worker of another GPU model", postgres_url,
-                tmp_path, reference, fault_summary, drop_rounds=4)
+    _fault_case(
+        "postgresql: 8 workers, every worker's connection terminated by the server "
+        "at random over 4 rounds, a worker of another GPU model",
+        postgres_url,
+        tmp_path,
+        reference,
+        fault_summary,
+        drop_rounds=4,
+    )

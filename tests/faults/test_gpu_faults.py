@@ -22,10 +22,18 @@ from autotune.runtime.attention import attention, configure
 pytestmark = pytest.mark.gpu
 
 
-def rel_err(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-            causal: bool = False, layout: str = "bhld") -> float:
-    ref, _ = reference_attention(q, k, v, causal=causal, scale=1 / math.sqrt(q.shape[-1]),
-                                 layout=layout)
+def rel_err(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: str = "bhld",
+) -> float:
+    ref, _ = reference_attention(
+        q, k, v, causal=causal, scale=1 / math.sqrt(q.shape[-1]), layout=layout
+    )
     assert bool(torch.isfinite(out).all())
     return float((out.float() - ref).norm() / ref.norm())
 
@@ -41,7 +49,7 @@ def private_db(tmp_path: Path) -> Iterator[str]:
 @pytest.mark.parametrize("offset", [1, 3, 7])
 def test_a_misaligned_view_is_copied_before_sdpa_sees_it(offset: int, private_db: str) -> None:
     base = torch.randn(2, 8, 512, 136, device="cuda", dtype=torch.float16)
-    q = base[..., offset:offset + 128]  # pointer 2*offset bytes off 16-byte alignment
+    q = base[..., offset : offset + 128]  # pointer 2*offset bytes off 16-byte alignment
     k = torch.randn(2, 8, 512, 128, device="cuda", dtype=torch.float16)
     v = torch.randn_like(k)
     assert q.data_ptr() % 16
@@ -58,14 +66,13 @@ def test_a_misaligned_view_is_copied_before_sdpa_sees_it(offset: int, private_db
 
 
 def cuda_qkv() -> tuple[torch.Tensor, ...]:
-    return tuple(torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16)
-                 for _ in range(3))
+    return tuple(torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 
 
-@pytest.mark.parametrize("scale", ["0.1", True, torch.tensor(0.125)],
-                         ids=["str", "bool", "tensor"])
-def test_the_kernel_path_refuses_what_the_fallback_refuses(scale: object,
-                                                           private_db: str) -> None:
+@pytest.mark.parametrize(
+    "scale", ["0.1", True, torch.tensor(0.125)], ids=["str", "bool", "tensor"]
+)
+def test_the_kernel_path_refuses_what_the_fallback_refuses(scale: object, private_db: str) -> None:
     with pytest.raises(InputError, match="scale"):
         attention(*cuda_qkv(), scale=scale)  # type: ignore[arg-type]
 
@@ -84,8 +91,9 @@ SHAPES = [  # (B, Hq, Hkv, L, D, dtype, causal): two problem classes, four geome
 ]
 
 
-def test_many_threads_at_once(private_db: str, tmp_path: Path,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_threads_at_once(
+    private_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # an empty cubin cache: the first calls compile on a miss, from several threads at once
     monkeypatch.setenv("CUTE_AUTOTUNE_CACHE", str(tmp_path / "cache"))
     runtime._prepared.clear()
@@ -104,8 +112,10 @@ def test_many_threads_at_once(private_db: str, tmp_path: Path,
                 out = attention(q, k, v, causal=causal)
                 err = rel_err(out, q, k, v, causal=causal)
                 if not err < 1e-2:
-                    errors.append(f"thread {index} round {r} shape {SHAPES[(index + r) % 4]}: "
-                                  f"rel err {err:.2e}")
+                    errors.append(
+                        f"thread {index} round {r} shape {SHAPES[(index + r) % 4]}: "
+                        f"rel err {err:.2e}"
+                    )
         except Exception as exc:  # noqa: BLE001 - every failure is reported, none lost
             errors.append(f"thread {index}: {type(exc).__name__}: {exc}")
 
@@ -119,7 +129,14 @@ def test_many_threads_at_once(private_db: str, tmp_path: Path,
     assert errors == []
     # a fallback to SDPA would hide the kernels' part
     assert not [str(w.message) for w in caught if "falling back" in str(w.message)]
-    paths = {runtime.explain(*(torch.empty(s[0], h, s[3], s[4], device="cuda", dtype=s[5])
-                                for h in (s[1], s[2], s[2])), causal=s[6]).path
-             for s in SHAPES}
+    paths = {
+        runtime.explain(
+            *(
+                torch.empty(s[0], h, s[3], s[4], device="cuda", dtype=s[5])
+                for h in (s[1], s[2], s[2])
+            ),
+            causal=s[6],
+        ).path
+        for s in SHAPES
+    }
     assert paths == {"heuristic"}

@@ -25,12 +25,18 @@ H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 
 
 def _study(url: str) -> Study:
-    return Study("s", url, sampler_for(SearchSettings(sampler="random")), load_space("sm80"),
-                 PROBLEM.space_values())
+    return Study(
+        "s",
+        url,
+        sampler_for(SearchSettings(sampler="random")),
+        load_space("sm80"),
+        PROBLEM.space_values(),
+    )
 
 
 def test_a_silent_trial_of_another_host_is_settled_and_a_beating_one_is_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(study_module, "HEARTBEAT_S", 1)
     monkeypatch.setattr(study_module, "GRACE_S", 2)
     monkeypatch.setattr(study_module, "_heartbeats", study_module._Heartbeats())
@@ -40,7 +46,8 @@ def test_a_silent_trial_of_another_host_is_settled_and_a_beating_one_is_not(
     silent, beating = first.ask(), first.ask()
     for proposal in (silent, beating):  # both "on another host": is_gone never judges them
         first._running[proposal.number].set_user_attr(
-            "owner", {"host": "another-host", "pid": 2**22 + 7, "started": None})
+            "owner", {"host": "another-host", "pid": 2**22 + 7, "started": None}
+        )
     # the silent one's process stops beating (as if it, or its host, died)
     study_module._heartbeats.remove(first._running[silent.number]._trial_id)
     time.sleep(4.5)
@@ -68,7 +75,8 @@ def test_a_told_trial_stops_beating(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_trial_whose_process_died_before_naming_itself_is_settled_by_age(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A process killed between Optuna's ask and its own name on the trial leaves a RUNNING
     trial with no owner: settled once it is older than ORPHAN_S (a live process names itself
     within milliseconds); a younger one is left alone."""

@@ -62,24 +62,27 @@ ABSURD = [
     ("FLOP/s beyond twice the tensor-core peak", {"median_us": 0.6}, "FLOP/s"),
     ("SDPA at 1e-300 us", {"sdpa_default_us": 1e-300}, "sdpa_default_us"),
     ("negative trials", {"trials": -3}, "trials"),
-    ("trials beyond 2^63", {"trials": 2 ** 63}, "trials"),
+    ("trials beyond 2^63", {"trials": 2**63}, "trials"),
     ("trials a float", {"trials": 2.5}, "trials"),
     ("sm_count of -1", {"device": device(sm_count=-1)}, "sm_count"),
-    ("compute capability 1000", {"device": device(compute_capability=1000)},
-     "compute_capability"),
+    ("compute capability 1000", {"device": device(compute_capability=1000)}, "compute_capability"),
     ("compute capability 50", {"device": device(compute_capability=50)}, "compute_capability"),
-    ("seqlen of 2^40", {"problem": problem(seqlen_q=2 ** 40, seqlen_k=2 ** 40)}, "seqlen"),
-    ("batch of 2^31", {"problem": problem(batch=2 ** 31)}, "batch"),
+    ("seqlen of 2^40", {"problem": problem(seqlen_q=2**40, seqlen_k=2**40)}, "seqlen"),
+    ("batch of 2^31", {"problem": problem(batch=2**31)}, "batch"),
     ("a 10,000-character device name", {"device": device(name="N" * 10_000)}, "name"),
-    ("a 100-character driver version", {"device": device(driver_version="5" * 100)},
-     "driver_version"),
+    (
+        "a 100-character driver version",
+        {"device": device(driver_version="5" * 100)},
+        "driver_version",
+    ),
     ("a 1,000-character study name", {"study": "s" * 1000}, "study"),
 ]
 
 
 @pytest.mark.parametrize("what, changes, fragment", ABSURD, ids=[a[0] for a in ABSURD])
-def test_absurd_values_are_refused_by_name(url: str, what: str, changes: dict[str, Any],
-                                          fragment: str) -> None:
+def test_absurd_values_are_refused_by_name(
+    url: str, what: str, changes: dict[str, Any], fragment: str
+) -> None:
     good = export_entry(1024)
     with pytest.raises(BrokenRow, match=fragment) as refused:
         TuningStore(url).import_results(export_doc([good, export_entry(**changes)]))
@@ -90,8 +93,11 @@ def test_absurd_values_are_refused_by_name(url: str, what: str, changes: dict[st
 def test_static_constraints_apply_on_a_gpu_this_release_does_not_know(url: str) -> None:
     # 3 stages of 128x128 K/V tiles at D=256 need far more shared memory than any GPU has
     too_big = sm80_config(head_dim=256, block_m=128, block_n=128, num_warps=8, kv_stages=3)
-    entry = export_entry(device=device(name="NVIDIA Future", compute_capability=110),
-                         config=too_big, problem=problem(head_dim=256))
+    entry = export_entry(
+        device=device(name="NVIDIA Future", compute_capability=110),
+        config=too_big,
+        problem=problem(head_dim=256),
+    )
     with pytest.raises(BrokenRow, match="shared memory"):
         TuningStore(url).import_results(export_doc([entry]))
     assert stored(url) == 0
@@ -118,7 +124,8 @@ def run_import(path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> tupl
 
 
 def test_deeply_nested_json_is_refused_with_a_message(
-        tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "deep.json"
     path.write_text("[" * 200_000 + "]" * 200_000)
     rc, err = run_import(path, url, capsys)
@@ -131,8 +138,9 @@ def test_deeply_nested_json_is_refused_with_a_message(
     assert stored(url) == 0
 
 
-def test_a_file_over_256_mib_is_refused_unread(tmp_path: Path, url: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_over_256_mib_is_refused_unread(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "huge.json"
     with open(path, "wb") as f:  # sparse: costs no disk
         f.truncate(256 * 1024 * 1024 + 1)
@@ -147,8 +155,15 @@ def test_string_columns_have_one_bound_on_every_database(url: str) -> None:
     long_name = DeviceInfo("N" * 10_000, 90, 132, "580", "13.0")
     result = TrialResult(Config.from_dict(sm80_config()), "ok", median_us=400.0)
     with pytest.raises(ValueError, match="devices.name"):
-        store.record_trial(long_name, Problem(4, 16, 16, 2048, 2048, 128), result, build=None,
-                           study="s", phase="search", baseline_us=None)
+        store.record_trial(
+            long_name,
+            Problem(4, 16, 16, 2048, 2048, 128),
+            result,
+            build=None,
+            study="s",
+            phase="search",
+            baseline_us=None,
+        )
     assert store.trials() == []
 
 
@@ -165,4 +180,4 @@ def test_postgres_gets_a_message_not_a_data_error(postgres_url: str) -> None:
 def test_the_fixture_entries_are_valid(url: str) -> None:
     entries = [export_entry(512), export_entry(1024)]
     assert TuningStore(url).import_results(export_doc(entries))["imported"] == 2
-    assert os.path.exists(url[len("sqlite:///"):])
+    assert os.path.exists(url[len("sqlite:///") :])

@@ -53,14 +53,28 @@ def _import_seconds(tmp_path: Path, doc: dict[str, Any] | str) -> tuple[float, i
     path = tmp_path / "hostile.json"
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "import", str(path), "--db",
-                           f"sqlite:///{tmp_path}/t.db"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "import",
+            str(path),
+            "--db",
+            f"sqlite:///{tmp_path}/t.db",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return time.perf_counter() - start, done.returncode, done.stderr
 
 
-@pytest.mark.parametrize("sizes", HUGE_CAUSAL, ids=lambda s: ",".join(
-    f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize(
+    "sizes", HUGE_CAUSAL, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items())
+)
 def test_the_flop_count_is_a_closed_form(sizes: dict[str, int]) -> None:
     problem = Problem(**(_problem(**sizes) | {"causal": True}))
     start = time.perf_counter()
@@ -80,12 +94,19 @@ def test_the_closed_form_matches_counting_row_by_row() -> None:
 
 
 def test_an_import_of_hostile_sizes_takes_seconds(
-        tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     doc = export_doc([_entry(**sizes) for sizes in HUGE_CAUSAL])
     seconds, status, stderr = _import_seconds(tmp_path, doc)
-    fault_summary({"case": f"import of {len(HUGE_CAUSAL)} causal entries with lengths near "
-                           "2^31 (a process of its own)", "seconds": round(seconds, 2),
-                   "status": status, "traceback": "Traceback" in stderr})
+    fault_summary(
+        {
+            "case": f"import of {len(HUGE_CAUSAL)} causal entries with lengths near "
+            "2^31 (a process of its own)",
+            "seconds": round(seconds, 2),
+            "status": status,
+            "traceback": "Traceback" in stderr,
+        }
+    )
     assert "Traceback" not in stderr, stderr[-3000:]
     assert status in (0, 2), stderr
     assert seconds < 20, f"import took {seconds:.1f} s"  # a process's start included
@@ -106,8 +127,13 @@ OUT_OF_RANGE = [
 
 @pytest.mark.parametrize("field, spelt, fragment", OUT_OF_RANGE, ids=[o[0] for o in OUT_OF_RANGE])
 def test_numbers_beyond_float_range_are_refused_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, spelt: str | None,
-        fragment: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    spelt: str | None,
+    fragment: str,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     entry = export_entry(1024)
     marker = 123456.789
     if field == "sm_count":
@@ -119,15 +145,19 @@ def test_numbers_beyond_float_range_are_refused_in_one_line(
     else:
         entry[field] = marker
     text = json.dumps(export_doc([export_entry(512), entry]))
-    text = text.replace(str(marker), "1" + "0" * 400 if spelt is None
-                        else spelt.split(": ", 1)[1])
+    text = text.replace(str(marker), "1" + "0" * 400 if spelt is None else spelt.split(": ", 1)[1])
     path = tmp_path / "hostile.json"
     path.write_text(text)
     url = f"sqlite:///{tmp_path}/t.db"
     status = main(["import", str(path), "--db", url])
     err = capsys.readouterr().err
-    fault_summary({"case": f"import of a {field} no float holds", "status": status,
-                   "said": err.strip()[:160]})
+    fault_summary(
+        {
+            "case": f"import of a {field} no float holds",
+            "status": status,
+            "said": err.strip()[:160],
+        }
+    )
     assert status == 2
     assert "entry #1" in err and fragment in err, err
     assert len(max(err.splitlines(), key=len)) < 300, err  # the number is not printed whole
@@ -135,7 +165,8 @@ def test_numbers_beyond_float_range_are_refused_in_one_line(
 
 
 def test_a_number_past_pythons_digit_limit_is_refused_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = json.dumps(export_doc([export_entry(median_us=123.25)]))
     path = tmp_path / "hostile.json"
     path.write_text(text.replace("123.25", "1" + "0" * 5000))

@@ -46,41 +46,61 @@ KILLS = int(os.environ.get("CUTE_AUTOTUNE_CREATE_KILLS", "12"))  # per database;
 
 def _kill_rounds(template: str, admin_url: str | None = None) -> dict[str, Any]:
     args = [sys.executable, "-m", "tests.faults.kill_during_create", template, str(KILLS)]
-    done = subprocess.run(args + ([admin_url] if admin_url else []), cwd=REPO,
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        args + ([admin_url] if admin_url else []),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
 def test_kills_while_a_new_sqlite_database_is_made_wedge_nothing(
-        tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     result = _kill_rounds(f"sqlite:///{tmp_path}/round-{{round}}.db")
-    fault_summary({"case": "sqlite: kill -9 while a new database is made, then the next "
-                           "process", "backend": "sqlite", **result})
+    fault_summary(
+        {
+            "case": "sqlite: kill -9 while a new database is made, then the next process",
+            "backend": "sqlite",
+            **result,
+        }
+    )
     assert result["kills"] >= KILLS // 2, result  # most kills land inside the making
     assert result["wedged"] == 0, result["errors"]
 
 
 @pytest.mark.postgres
 def test_kills_while_a_new_postgres_database_is_made_wedge_nothing(
-        postgres_url: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    postgres_url: str, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     result = _kill_rounds(postgres_url, os.environ[PG_ENV])
-    fault_summary({"case": "postgresql: kill -9 while a new database is made, then the next "
-                           "process", "backend": "postgresql", **result})
+    fault_summary(
+        {
+            "case": "postgresql: kill -9 while a new database is made, then the next process",
+            "backend": "postgresql",
+            **result,
+        }
+    )
     assert result["kills"] >= KILLS // 2, result
     assert result["wedged"] == 0, result["errors"]
 
 
 # -- the partial states an older release's kill left --------------------------------------------
 
+
 def _rows(url: str) -> dict[str, int]:
     engine = make_engine(url, create=False)
     try:
         with engine.connect() as c:
-            return {t: int(c.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
-                    for t in ("devices", "problems", "kernel_configs", "measurements",
-                              "best_configs")}
+            return {
+                t: int(c.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
+                for t in ("devices", "problems", "kernel_configs", "measurements", "best_configs")
+            }
     finally:
         engine.dispose()
 
@@ -118,8 +138,7 @@ def _old_release(tmp_path: Path) -> str:
     return f"sqlite:///{copy}"
 
 
-def test_tables_without_a_version_and_no_rows_are_made_again_when_opened(
-        tmp_path: Path) -> None:
+def test_tables_without_a_version_and_no_rows_are_made_again_when_opened(tmp_path: Path) -> None:
     """Killed after the first migration's CREATEs and before its version row (SQLite)."""
     url = f"sqlite:///{tmp_path}/half.db"
     open_engine(url).dispose()
@@ -131,7 +150,8 @@ def test_tables_without_a_version_and_no_rows_are_made_again_when_opened(
 
 
 def test_tables_with_rows_but_no_version_are_refused_then_repaired_with_every_row(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = _old_release(tmp_path)
     before = _rows(url)
     _sql(url, f"DELETE FROM {VERSION_TABLE}")
@@ -143,7 +163,8 @@ def test_tables_with_rows_but_no_version_are_refused_then_repaired_with_every_ro
 
 
 def test_a_version_with_part_of_the_next_migration_applied_is_repaired(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """0.4.0's first step (an index dropped) landed, the version still says 0.3.0: the upgrade
     failed with 'no such index' before."""
     url = _old_release(tmp_path)
@@ -154,15 +175,19 @@ def test_a_version_with_part_of_the_next_migration_applied_is_repaired(
 
 
 def test_a_table_left_as_alembics_half_copy_is_repaired_with_every_row(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Killed inside 0.4.0's copy of `problems`, between dropping it and renaming the copy:
     its rows are only in the copy, which the measurements' references now point through."""
     url = _old_release(tmp_path)
     before = _rows(url)
     copy = BATCH_COPY + "problems"
-    _sql(url, "DROP INDEX ix_problems_class",
-         f"CREATE TABLE {copy} AS SELECT *, 'dense' AS kv_cache FROM problems",
-         "DROP TABLE problems")
+    _sql(
+        url,
+        "DROP INDEX ix_problems_class",
+        f"CREATE TABLE {copy} AS SELECT *, 'dense' AS kv_cache FROM problems",
+        "DROP TABLE problems",
+    )
     with pytest.raises(SchemaError, match="cute-autotune db upgrade --db"):
         open_engine(url)
     assert "repaired" in _upgrade_command(url, capsys)
@@ -177,7 +202,8 @@ def test_a_table_left_as_alembics_half_copy_is_repaired_with_every_row(
 
 
 def test_an_upgrade_killed_midway_leaves_the_database_as_it_was(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rule itself: an upgrade stopped half way (0.4.0's copy of `problems` done, then an
     exception where a kill would stop it) changes nothing, SQLite's DDL included."""
     from alembic import command
@@ -203,7 +229,8 @@ def test_an_upgrade_killed_midway_leaves_the_database_as_it_was(
 
 @pytest.mark.postgres
 def test_postgres_tables_with_rows_but_no_version_are_repaired(
-        postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = TuningStore(postgres_url)
     store.import_results(export_doc([export_entry()]), overwrite=True)
     store.engine.dispose()

@@ -42,8 +42,12 @@ from autotune.tune.study import Outcome, Proposal, Study
 from .killed_session import INJECTED, failing_validation
 
 RECORDING = Path(__file__).resolve().parents[2] / "tests" / "data" / "sweep_sm80_h200.json"
-GRID: dict[str, Any] = {"sampler": "grid", "rerank_top": 1, "warm_start": 0,
-                        "sdpa_finalists": False}
+GRID: dict[str, Any] = {
+    "sampler": "grid",
+    "rerank_top": 1,
+    "warm_start": 0,
+    "sdpa_finalists": False,
+}
 BEFORE = 10  # configs the old holder measured before its lease ran out
 
 
@@ -61,30 +65,43 @@ class Handover(ReplayBackend):
 
     def evaluate(self, problem: Problem, build: BuildResult, **kwargs: Any) -> TrialResult:
         if self.taken is None:
-            old = Study(study_name(self.device(), "sm80", problem), self.url,
-                        sampler_for(SearchSettings(**GRID)), load_space("sm80"),
-                        problem.space_values())
+            old = Study(
+                study_name(self.device(), "sm80", problem),
+                self.url,
+                sampler_for(SearchSettings(**GRID)),
+                load_space("sm80"),
+                problem.space_values(),
+            )
             proposal = old.ask()
             self.taken, self.taken_as = proposal.config, proposal.number
             if self.how == "interrupted":
-                old.tell(proposal, Outcome(Status.INTERRUPTED,
-                                           reason="the session stopped: LeaseLost"))
+                old.tell(
+                    proposal, Outcome(Status.INTERRUPTED, reason="the session stopped: LeaseLost")
+                )
             else:
                 if self.how != "killed":
                     self._store_outcome(old, proposal, problem, **kwargs)
                 _kill(old, proposal)
         return super().evaluate(problem, build, **kwargs)
 
-    def _store_outcome(self, old: Study, proposal: Proposal, problem: Problem,
-                       **kwargs: Any) -> None:
+    def _store_outcome(
+        self, old: Study, proposal: Proposal, problem: Problem, **kwargs: Any
+    ) -> None:
         """What the loop does for a timed config before it tells the study."""
         [build] = self.build([proposal.config])
         result = super().evaluate(problem, build, **kwargs)
         if self.how == "killed after a failure":
             result = failing_validation(result)
         old.note_build(proposal, build.key)
-        TuningStore(self.url).record_trial(self.device(), problem, result, build=build,
-                                           study=old.name, phase="search", baseline_us=None)
+        TuningStore(self.url).record_trial(
+            self.device(),
+            problem,
+            result,
+            build=build,
+            study=old.name,
+            phase="search",
+            baseline_us=None,
+        )
 
 
 def _kill(old: Study, proposal: Proposal) -> None:
@@ -97,9 +114,15 @@ def _kill(old: Study, proposal: Proposal) -> None:
 
 def _search_measurements(url: str) -> list[str]:
     with create_engine(url).connect() as c:
-        return [digest for (digest,) in c.execute(text(
-            "select k.digest from measurements m join kernel_configs k on k.id = m.config_id "
-            "where m.phase = 'search'"))]
+        return [
+            digest
+            for (digest,) in c.execute(
+                text(
+                    "select k.digest from measurements m join kernel_configs k "
+                    "on k.id = m.config_id where m.phase = 'search'"
+                )
+            )
+        ]
 
 
 def _hand_over(tmp_path: Path, how: str) -> tuple[Handover, set[str], list[str]]:
@@ -109,37 +132,45 @@ def _hand_over(tmp_path: Path, how: str) -> tuple[Handover, set[str], list[str]]
     store = TuningStore(url)
     backend = Handover(url, how)
     problem = backend.problems[0]
-    valid = {c.digest for c in load_space("sm80").valid_configs(backend.target(),
-                                                                 problem.space_values())}
+    valid = {
+        c.digest
+        for c in load_space("sm80").valid_configs(backend.target(), problem.space_values())
+    }
     # the old holder's session so far: BEFORE configs measured, the rest of the grid queued
-    tune_problem(problem, ReplayBackend(RECORDING), store,
-                 SearchSettings(trials=BEFORE, **GRID))
+    tune_problem(problem, ReplayBackend(RECORDING), store, SearchSettings(trials=BEFORE, **GRID))
     assert len(_search_measurements(url)) == BEFORE
     # the new holder resumes the item (tune.worker: resume) with the whole grid as budget
-    tune_problem(problem, backend, store,
-                 SearchSettings(trials=len(valid), resume=True, **GRID))
+    tune_problem(problem, backend, store, SearchSettings(trials=len(valid), resume=True, **GRID))
     assert backend.taken is not None and backend.taken.digest in valid
     return backend, valid, _search_measurements(url)
 
 
 @pytest.mark.parametrize("how", ["interrupted", "killed"])
 def test_a_config_the_old_holder_takes_off_the_queue_and_gives_up_is_measured(
-        tmp_path: Path, how: str) -> None:
+    tmp_path: Path, how: str
+) -> None:
     backend, valid, measured = _hand_over(tmp_path, how)
     assert backend.taken is not None
     assert backend.taken.digest in measured, "the config the old holder gave up was lost"
     assert sorted(measured) == sorted(valid)  # each valid config once: none lost, none twice
 
 
-@pytest.mark.parametrize(("how", "state", "status"), [
-    ("killed after a failure", TrialState.FAIL, "failed_validation"),
-    ("killed after a time", TrialState.COMPLETE, "ok")], ids=["failure", "time"])
+@pytest.mark.parametrize(
+    ("how", "state", "status"),
+    [
+        ("killed after a failure", TrialState.FAIL, "failed_validation"),
+        ("killed after a time", TrialState.COMPLETE, "ok"),
+    ],
+    ids=["failure", "time"],
+)
 def test_a_config_whose_outcome_the_killed_old_holder_stored_is_not_measured_again(
-        tmp_path: Path, how: str, state: TrialState, status: str) -> None:
+    tmp_path: Path, how: str, state: TrialState, status: str
+) -> None:
     backend, valid, measured = _hand_over(tmp_path, how)
     assert backend.taken is not None and backend.taken_as is not None
     assert measured.count(backend.taken.digest) == 1, (
-        f"the config the killed old holder stored ({how}) was measured again")
+        f"the config the killed old holder stored ({how}) was measured again"
+    )
     assert sorted(measured) == sorted(valid)  # each valid config once: none lost, none twice
     # its trial settled mid-session with the stored outcome, not left RUNNING
     name = study_name(backend.device(), "sm80", backend.problems[0])

@@ -41,8 +41,13 @@ KILLS = int(os.environ.get("CUTE_AUTOTUNE_ORPHAN_KILLS", "16"))
 
 
 def _study(url: str) -> Study:
-    return Study("s", url, sampler_for(SearchSettings(sampler="random")), load_space("sm80"),
-                 PROBLEM.space_values())
+    return Study(
+        "s",
+        url,
+        sampler_for(SearchSettings(sampler="random")),
+        load_space("sm80"),
+        PROBLEM.space_values(),
+    )
 
 
 def _running(url: str) -> dict[str, int]:
@@ -50,18 +55,25 @@ def _running(url: str) -> dict[str, int]:
     engine = create_engine(url)
     try:
         with engine.connect() as c:
+
             def count(where: str) -> int:
-                return int(c.execute(text(
-                    "SELECT COUNT(*) FROM trials t WHERE t.state = 'RUNNING' " + where))
-                    .scalar_one())
+                return int(
+                    c.execute(
+                        text("SELECT COUNT(*) FROM trials t WHERE t.state = 'RUNNING' " + where)
+                    ).scalar_one()
+                )
+
             return {
                 "running": count(""),
                 "without_an_owner": count(
                     "AND NOT EXISTS (SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = "
-                    "t.trial_id AND a.key = 'owner')"),
+                    "t.trial_id AND a.key = 'owner')"
+                ),
                 "without_a_heartbeat": count(
                     "AND NOT EXISTS (SELECT 1 FROM trial_heartbeats h WHERE h.trial_id = "
-                    "t.trial_id)")}
+                    "t.trial_id)"
+                ),
+            }
     finally:
         engine.dispose()
 
@@ -120,10 +132,14 @@ def _kill_rounds(url: str) -> dict[str, Any]:
     _study(url).settle_abandoned(TuningStore(url), H200, PROBLEM)  # the next session
     after = _running(url)
     told = optuna.load_study(study_name="s", storage=url).trials
-    return {"kills": KILLS, "trials": len(told), "running_after_the_kills": left["running"],
-            "running_without_an_owner": left["without_an_owner"],
-            "running_without_a_heartbeat": left["without_a_heartbeat"],
-            "left_running_after_the_next_session": after["running"]}
+    return {
+        "kills": KILLS,
+        "trials": len(told),
+        "running_after_the_kills": left["running"],
+        "running_without_an_owner": left["without_an_owner"],
+        "running_without_a_heartbeat": left["without_a_heartbeat"],
+        "left_running_after_the_next_session": after["running"],
+    }
 
 
 def _check(result: dict[str, Any]) -> None:
@@ -133,25 +149,40 @@ def _check(result: dict[str, Any]) -> None:
 
 
 def test_sessions_killed_at_random_leave_no_trial_running_on_sqlite(
-        tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    tmp_path: Path, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     result = _kill_rounds(f"sqlite:///{tmp_path}/orphans.db")
-    fault_summary({"case": "sqlite: tuning sessions killed at random instants of ask and tell, "
-                           "then the next session", "backend": "sqlite", **result})
+    fault_summary(
+        {
+            "case": "sqlite: tuning sessions killed at random instants of ask and tell, "
+            "then the next session",
+            "backend": "sqlite",
+            **result,
+        }
+    )
     _check(result)
 
 
 @pytest.mark.postgres
 def test_sessions_killed_at_random_leave_no_trial_running_on_postgres(
-        postgres_url: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    postgres_url: str, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     result = _kill_rounds(postgres_url)
-    fault_summary({"case": "postgresql: tuning sessions killed at random instants of ask and "
-                           "tell, then the next session", "backend": "postgresql", **result})
+    fault_summary(
+        {
+            "case": "postgresql: tuning sessions killed at random instants of ask and "
+            "tell, then the next session",
+            "backend": "postgresql",
+            **result,
+        }
+    )
     _check(result)
 
 
 @pytest.mark.parametrize("path", ["asked", "queued"])
 def test_a_trial_is_owned_by_the_transaction_that_makes_it_running(
-        tmp_path: Path, path: str) -> None:
+    tmp_path: Path, path: str
+) -> None:
     """The storage alone, with nothing of ours after it (as if killed right after): the trial
     names its owner and has a heartbeat."""
     url = f"sqlite:///{tmp_path}/owned.db"
@@ -164,8 +195,11 @@ def test_a_trial_is_owned_by_the_transaction_that_makes_it_running(
     else:
         raw = optuna.load_study(study_name="s", storage=storage)
         raw.enqueue_trial({})
-        trial_id = next(t._trial_id for t in raw.get_trials(deepcopy=False)
-                        if t.state == optuna.trial.TrialState.WAITING)
+        trial_id = next(
+            t._trial_id
+            for t in raw.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.WAITING
+        )
         assert storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING)
         # taken once: another process asking for it now finds it taken
         assert not storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING)
@@ -175,7 +209,8 @@ def test_a_trial_is_owned_by_the_transaction_that_makes_it_running(
 
 
 def test_a_trial_made_by_an_ask_whose_connection_broke_is_settled_by_its_own_process(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The transaction that made the trial RUNNING committed, the answer never came back (a
     broken connection): the process is alive and never learnt the trial's id. Once it has
     given up its running trials (worker: abandon_running), its next session settles that

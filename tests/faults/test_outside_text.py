@@ -58,15 +58,27 @@ def _run(argv: list[str], url: str) -> tuple[int, str]:
     return status, out.getvalue() + err.getvalue()
 
 
-IMPORTED_FIELDS = ["device.name", "device.driver_version", "device.cuda_version", "study",
-                   "decision", "torch_version", "cudnn_version", "regime"]
+IMPORTED_FIELDS = [
+    "device.name",
+    "device.driver_version",
+    "device.cuda_version",
+    "study",
+    "decision",
+    "torch_version",
+    "cudnn_version",
+    "regime",
+]
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
 @pytest.mark.parametrize("field", IMPORTED_FIELDS)
 def test_imported_text_a_terminal_would_act_on_is_refused_by_entry_and_field(
-        url: str, tmp_path: Path, field: str, kind: str,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    url: str,
+    tmp_path: Path,
+    field: str,
+    kind: str,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     entry = export_entry()
     where, _, name = field.rpartition(".")
     (entry[where] if where else entry)[name] = HOSTILE[kind]
@@ -74,12 +86,19 @@ def test_imported_text_a_terminal_would_act_on_is_refused_by_entry_and_field(
     path.write_text(json.dumps(export_doc([entry])))
     status, said = _run(["import", str(path)], url)
     listed = _run(["list"], url)[1]
-    fault_summary({"case": f"imported {field} with a {kind}",
-                   "backend": create_engine(url).dialect.name, "status": status,
-                   "said": said.strip()[:160]})
+    fault_summary(
+        {
+            "case": f"imported {field} with a {kind}",
+            "backend": create_engine(url).dialect.name,
+            "status": status,
+            "said": said.strip()[:160],
+        }
+    )
     assert status == 2, said
-    assert any(line.strip().startswith(f"entry #0: {name} must be printable text")
-               for line in said.splitlines()), said
+    assert any(
+        line.strip().startswith(f"entry #0: {name} must be printable text")
+        for line in said.splitlines()
+    ), said
     assert not RAW.search(said), said
     assert "0 tuned problems" in listed
 
@@ -100,21 +119,34 @@ WRITTEN = [
 
 
 @pytest.mark.parametrize("kind", [k for k in HOSTILE if k != "NUL"])
-@pytest.mark.parametrize(("table", "column", "where", "command"), WRITTEN,
-                         ids=[f"{t}.{c}" for t, c, _, _ in WRITTEN])
+@pytest.mark.parametrize(
+    ("table", "column", "where", "command"), WRITTEN, ids=[f"{t}.{c}" for t, c, _, _ in WRITTEN]
+)
 def test_stored_text_is_printed_escaped(
-        url: str, table: str, column: str, where: str, command: list[str], kind: str,
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    url: str,
+    table: str,
+    column: str,
+    where: str,
+    command: list[str],
+    kind: str,
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     _populate(url)
     engine = create_engine(url)
     with engine.begin() as c:
-        c.execute(text(f"update {table} set {column} = :value where {where}"),
-                  {"value": HOSTILE[kind]})
+        c.execute(
+            text(f"update {table} set {column} = :value where {where}"), {"value": HOSTILE[kind]}
+        )
     engine.dispose()
     status, said = _run(command, url)
-    fault_summary({"case": f"stored {table}.{column} with a {kind}, printed by {command[0]}",
-                   "backend": engine.dialect.name, "status": status,
-                   "raw": [m.group() for m in RAW.finditer(said)][:4]})
+    fault_summary(
+        {
+            "case": f"stored {table}.{column} with a {kind}, printed by {command[0]}",
+            "backend": engine.dialect.name,
+            "status": status,
+            "raw": [m.group() for m in RAW.finditer(said)][:4],
+        }
+    )
     assert status in (0, 1)
     assert not RAW.search(said), said
 
@@ -124,10 +156,18 @@ def test_nul_is_refused_alike_by_every_database(url: str) -> None:
     store = TuningStore(url)
     result = TrialResult(Config.from_dict(sm80_config()), Status.OK, median_us=400.0)
     with pytest.raises(ValueError, match="measurements.study cannot hold the NUL character"):
-        store.record_trial(H200, PROBLEMS[0], result, build=None, study="s\x00",
-                           phase="search", baseline_us=None)
+        store.record_trial(
+            H200, PROBLEMS[0], result, build=None, study="s\x00", phase="search", baseline_us=None
+        )
     # a lookup by it, before any write: refused as it is sent
     with pytest.raises(ValueError, match="cannot hold the NUL character"):
-        store.record_trial(H200.__class__("NVIDIA\x00", 90, 132, "580", "13.0"), PROBLEMS[0],
-                           result, build=None, study="s", phase="search", baseline_us=None)
+        store.record_trial(
+            H200.__class__("NVIDIA\x00", 90, 132, "580", "13.0"),
+            PROBLEMS[0],
+            result,
+            build=None,
+            study="s",
+            phase="search",
+            baseline_us=None,
+        )
     assert store.trials() == []

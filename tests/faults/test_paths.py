@@ -24,7 +24,7 @@ def planted_family(tmp_path: Path) -> str:
     """A space file planted outside the package whose C++ text is an attack, and the `family`
     string that reaches it from search_spaces/ ('../../..../evil')."""
     text = (search_spaces_dir() / "sm80.toml").read_text()
-    text = re.sub(r'^traits = .*$', 'traits = "int; asm(\\"trap;\\")"', text, flags=re.M)
+    text = re.sub(r"^traits = .*$", 'traits = "int; asm(\\"trap;\\")"', text, flags=re.M)
     text = text.replace('family = "sm80"', 'family = "EVIL"')
     evil = tmp_path / "planted" / "evil.toml"
     evil.parent.mkdir()
@@ -34,7 +34,8 @@ def planted_family(tmp_path: Path) -> str:
 
 
 def test_an_imported_family_cannot_reach_a_space_file_outside_the_package(
-        planted_family: str, tmp_path: Path) -> None:
+    planted_family: str, tmp_path: Path
+) -> None:
     entry = export_entry(family=planted_family, config=sm80_config(family=planted_family))
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     with pytest.raises(BrokenRow, match="unknown kernel family"):
@@ -50,19 +51,23 @@ def test_no_cpp_is_generated_for_a_family_that_is_a_path(planted_family: str) ->
         load_space(planted_family)
 
 
-@pytest.mark.parametrize("family", ["../sm80", "sm80/../sm80", "/etc/passwd", "sm80\0",
-                                    "SM80", "sm80.toml", " sm80"])
+@pytest.mark.parametrize(
+    "family", ["../sm80", "sm80/../sm80", "/etc/passwd", "sm80\0", "SM80", "sm80.toml", " sm80"]
+)
 def test_a_family_is_a_plain_name(family: str) -> None:
     with pytest.raises(InvalidConfig):
         Config.from_dict(sm80_config(family=family))
 
 
-@pytest.mark.parametrize("family, key", [
-    ("../../outside", "0" * 32),
-    ("sm80", "../../../outside"),
-    ("sm80", "/abs/olute"),
-    ("sm80", "00ff" * 8 + "/.."),
-])
+@pytest.mark.parametrize(
+    "family, key",
+    [
+        ("../../outside", "0" * 32),
+        ("sm80", "../../../outside"),
+        ("sm80", "/abs/olute"),
+        ("sm80", "00ff" * 8 + "/.."),
+    ],
+)
 def test_cache_paths_stay_inside_the_cache_root(tmp_path: Path, family: str, key: str) -> None:
     cache = ArtifactCache(tmp_path / "cache")
     with pytest.raises(ValueError, match="cache"):

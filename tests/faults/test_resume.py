@@ -28,15 +28,20 @@ EVALUATED = ("ok", "failed_validation", "crashed", "timeout", "compile_error", "
 
 
 def kill_a_session(url: str, where: str, n: int) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tests.faults.killed_session", url, where,
-                           str(n), str(TRIALS)], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.faults.killed_session", url, where, str(n), str(TRIALS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
 
 
 def study(url: str) -> optuna.Study:
     backend = ReplayBackend(RECORDING)
-    return optuna.load_study(study_name=study_name(backend.device(), "sm80",
-                                                   backend.problems[0]), storage=url)
+    return optuna.load_study(
+        study_name=study_name(backend.device(), "sm80", backend.problems[0]), storage=url
+    )
 
 
 def running(url: str) -> list[optuna.trial.FrozenTrial]:
@@ -49,8 +54,12 @@ def evaluated(url: str) -> int:
 
 def resume(url: str, **settings: object) -> None:
     backend = ReplayBackend(RECORDING)
-    tune_problem(backend.problems[0], backend, TuningStore(url),
-                 SearchSettings(trials=TRIALS, seed=8, warm_start=0, **settings))  # type: ignore[arg-type]
+    tune_problem(
+        backend.problems[0],
+        backend,
+        TuningStore(url),
+        SearchSettings(trials=TRIALS, seed=8, warm_start=0, **settings),
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -61,8 +70,11 @@ def url(tmp_path: Path) -> str:
 def test_trials_record_their_host_and_process(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     trials = [t for t in study(url).trials if t.user_attrs.get("digest")]
-    assert trials and all(t.user_attrs["owner"]["host"] == socket.gethostname()
-                          and isinstance(t.user_attrs["owner"]["pid"], int) for t in trials)
+    assert trials and all(
+        t.user_attrs["owner"]["host"] == socket.gethostname()
+        and isinstance(t.user_attrs["owner"]["pid"], int)
+        for t in trials
+    )
 
 
 def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
@@ -81,8 +93,9 @@ def test_a_dead_process_trials_are_failed_with_the_reason(url: str) -> None:
 
 def test_a_trial_measured_but_never_told_is_told_its_value(url: str) -> None:
     kill_a_session(url, "recorded", 3)
-    (left,) = [t for t in running(url)
-               if t.user_attrs["digest"] in {r for r in measured_digests(url)}]
+    (left,) = [
+        t for t in running(url) if t.user_attrs["digest"] in {r for r in measured_digests(url)}
+    ]
     resume(url)
     after = study(url).trials[left.number]
     assert after.state == TrialState.COMPLETE and after.value is not None
@@ -110,15 +123,53 @@ def test_skip_tuned_completes_the_interrupted_budget(url: str) -> None:
     kill_a_session(url, "evaluate", 6)
     before = evaluated(url)
     assert 0 < before < TRIALS
-    rc = main(["tune", "--replay", str(RECORDING), "--batch", "4", "--heads-q", "16",
-               "--seqlen-q", "2048", "--head-dim", "128", "--trials", str(TRIALS),
-               "--skip-tuned", "--quiet", "--db", url])
+    rc = main(
+        [
+            "tune",
+            "--replay",
+            str(RECORDING),
+            "--batch",
+            "4",
+            "--heads-q",
+            "16",
+            "--seqlen-q",
+            "2048",
+            "--head-dim",
+            "128",
+            "--trials",
+            str(TRIALS),
+            "--skip-tuned",
+            "--quiet",
+            "--db",
+            url,
+        ]
+    )
     assert rc == 0
     assert evaluated(url) == TRIALS
     # a plain `tune` again adds --trials new ones, as docs/tuning.md says
-    assert main(["tune", "--replay", str(RECORDING), "--batch", "4", "--heads-q", "16",
-                 "--seqlen-q", "2048", "--head-dim", "128", "--trials", "3", "--quiet",
-                 "--db", url]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--replay",
+                str(RECORDING),
+                "--batch",
+                "4",
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "2048",
+                "--head-dim",
+                "128",
+                "--trials",
+                "3",
+                "--quiet",
+                "--db",
+                url,
+            ]
+        )
+        == 0
+    )
     assert evaluated(url) == TRIALS + 3
 
 

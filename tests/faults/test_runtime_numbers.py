@@ -31,16 +31,26 @@ from autotune.runtime.kvcache import attention_with_kvcache
 from autotune.runtime.sdpa_dropin import scaled_dot_product_attention
 
 HUGE = 10**400  # past float's range: float(HUGE) raises OverflowError
-NOT_SCALES = {"10**400": HUGE, "-10**400": -HUGE, "10**5000": 10**5000,
-              "Fraction 10**400": Fraction(HUGE), "Fraction 10**-400": Fraction(1, HUGE),
-              "bool": True, "complex": 1j,
-              "numpy inf": np.float64("inf"), "str": "0.1"}
+NOT_SCALES = {
+    "10**400": HUGE,
+    "-10**400": -HUGE,
+    "10**5000": 10**5000,
+    "Fraction 10**400": Fraction(HUGE),
+    "Fraction 10**-400": Fraction(1, HUGE),
+    "bool": True,
+    "complex": 1j,
+    "numpy inf": np.float64("inf"),
+    "str": "0.1",
+}
 SCALES = {"int": 2, "float": 0.125, "numpy": np.float32(0.5), "Fraction": Fraction(1, 8)}
 
 
 def _qkv(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
-    return (torch.randn(2, 4, 3, 16, dtype=dtype), torch.randn(2, 2, 5, 16, dtype=dtype),
-            torch.randn(2, 2, 5, 16, dtype=dtype))
+    return (
+        torch.randn(2, 4, 3, 16, dtype=dtype),
+        torch.randn(2, 2, 5, 16, dtype=dtype),
+        torch.randn(2, 2, 5, 16, dtype=dtype),
+    )
 
 
 @pytest.mark.parametrize("scale", NOT_SCALES.values(), ids=NOT_SCALES.keys())
@@ -59,7 +69,8 @@ def test_every_real_scale_a_float_holds_runs(scale: Any) -> None:
 
 @pytest.mark.parametrize("name", NOT_SCALES)
 def test_attention_refuses_a_scale_no_float_holds_naming_it(
-        name: str, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    name: str, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     try:
         attention(*_qkv(), scale=NOT_SCALES[name])
         said = "ran"
@@ -84,14 +95,23 @@ def test_attention_with_kvcache_refuses_a_scale_no_float_holds(scale: Any) -> No
         attention_with_kvcache(*_cache_args(), scale=scale)
 
 
-@pytest.mark.parametrize("splits", [HUGE, 65536, 0, -1, True, 2.0, "4"],
-                         ids=["10**400", "65536", "0", "-1", "bool", "float", "str"])
+@pytest.mark.parametrize(
+    "splits",
+    [HUGE, 65536, 0, -1, True, 2.0, "4"],
+    ids=["10**400", "65536", "0", "-1", "bool", "float", "str"],
+)
 def test_attention_with_kvcache_refuses_num_splits_past_the_launchers_bound(
-        splits: Any, fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    splits: Any, fault_summary: Callable[[dict[str, Any]], None]
+) -> None:
     with pytest.raises(InputError, match="num_splits must be an int from 1 to 65535") as caught:
         attention_with_kvcache(*_cache_args(), num_splits=splits)
-    fault_summary({"case": f"attention_with_kvcache(num_splits={type(splits).__name__} "
-                           f"{str(splits)[:12]})", "raised": str(caught.value)[:100]})
+    fault_summary(
+        {
+            "case": f"attention_with_kvcache(num_splits={type(splits).__name__} "
+            f"{str(splits)[:12]})",
+            "raised": str(caught.value)[:100],
+        }
+    )
 
 
 def test_the_sdpa_drop_in_raises_what_torch_raises_for_a_huge_scale() -> None:
@@ -130,18 +150,24 @@ PROBE = textwrap.dedent("""
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's peak RSS reset")
 def test_cpu_fallback_memory_does_not_grow_with_expanded_inputs(
-        fault_summary: Callable[[dict[str, Any]], None]) -> None:
+    fault_summary: Callable[[dict[str, Any]], None],
+) -> None:
     import json
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    fault_summary({"case": "CPU fallback with return_lse=True, K and V of 2 MB expanded to "
-                           "[16, 8, 8192, 128] bf16",
-                   "peak_growth_mb": round(measured["growth"] / 2**20),
-                   "logical_kv_mb": round(measured["logical_kv"] / 2**20)})
+    fault_summary(
+        {
+            "case": "CPU fallback with return_lse=True, K and V of 2 MB expanded to "
+            "[16, 8, 8192, 128] bf16",
+            "peak_growth_mb": round(measured["growth"] / 2**20),
+            "logical_kv_mb": round(measured["logical_kv"] / 2**20),
+        }
+    )
     # the working set is bounded (a slice of K and V in fp32, a chunk of scores), not the
     # 4.6 GB of fp32 K and V per query head it took before
     assert measured["growth"] < 600 * 2**20, measured

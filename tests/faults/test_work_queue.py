@@ -29,14 +29,42 @@ H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
 
 
 def _worker(url: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--replay",
-                             str(RECORDING), "--db", url, *extra], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "worker",
+            "--replay",
+            str(RECORDING),
+            "--db",
+            url,
+            *extra,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _enqueue(url: str, *extra: str) -> None:
-    assert main(["tune", "--enqueue", "--replay", str(RECORDING), *SET, "--without-sdpa",
-                 "--db", url, *extra]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--enqueue",
+                "--replay",
+                str(RECORDING),
+                *SET,
+                "--without-sdpa",
+                "--db",
+                url,
+                *extra,
+            ]
+        )
+        == 0
+    )
 
 
 def _count(url: str, sql: str) -> int:
@@ -74,7 +102,8 @@ def test_a_killed_workers_item_is_finished_by_the_next_worker(tmp_path: Path) ->
 
 @pytest.mark.postgres
 def test_a_killed_workers_item_is_finished_by_the_next_worker_on_postgres(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     _killed_worker(postgres_url)
 
 
@@ -129,22 +158,28 @@ def test_a_worker_that_lost_its_lease_changes_nothing(tmp_path: Path) -> None:
 def test_an_item_whose_problem_row_is_broken_is_failed_not_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/q.db"
     queue = WorkQueue(TuningStore(url))
-    problems = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
-                Problem(4, 16, 16, 1024, 1024, 128, "fp16", False)]
+    problems = [
+        Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
+        Problem(4, 16, 16, 1024, 1024, 128, "fp16", False),
+    ]
     queue.enqueue(H200, problems, [], {"trials": 3})
     with create_engine(url).begin() as c:  # a hostile row: heads_q 0
         c.execute(text("update problems set heads_q = 0 where seqlen_q = 2048"))
     taken = queue.take(H200, "w", lease_s=60)
     assert taken is not None and taken.problem == problems[1]
     with create_engine(url).connect() as c:
-        state, message = c.execute(text(
-            "select w.state, w.message from work_items w join problems p on p.id = w.problem_id "
-            "where p.seqlen_q = 2048")).one()
+        state, message = c.execute(
+            text(
+                "select w.state, w.message from work_items w join problems p "
+                "on p.id = w.problem_id where p.seqlen_q = 2048"
+            )
+        ).one()
     assert state == "failed" and "not a valid problem" in message
 
 
 def test_a_worker_completes_an_items_budget_rather_than_adding_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An item taken again runs with `resume`: the trials its killed worker ran count towards
     its budget (a plain `tune` would add the budget again and measure more configs)."""
     from autotune.tune import worker as worker_module
@@ -153,19 +188,23 @@ def test_a_worker_completes_an_items_budget_rather_than_adding_one(
     url = f"sqlite:///{tmp_path}/q.db"
     _enqueue(url, "--trials", "3")
     seen = []
-    monkeypatch.setattr(worker_module, "tune",
-                        lambda problem, **kwargs: seen.append(kwargs["settings"]) or [])
+    monkeypatch.setattr(
+        worker_module, "tune", lambda problem, **kwargs: seen.append(kwargs["settings"]) or []
+    )
     report = worker_module.run_worker(url, ReplayBackend([RECORDING]))
     assert len(seen) == 8 and all(s.resume and s.trials == 3 for s in seen)
     assert len(report.done) == 8
 
 
-def test_the_queue_command_lists_items_by_state(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_queue_command_lists_items_by_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path}/q.db"
     queue = WorkQueue(TuningStore(url))
-    problems = [Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
-                Problem(4, 16, 16, 1024, 1024, 128, "fp16", False)]
+    problems = [
+        Problem(4, 16, 16, 2048, 2048, 128, "fp16", False),
+        Problem(4, 16, 16, 1024, 1024, 128, "fp16", False),
+    ]
     queue.enqueue(H200, problems, ["sm80"], {"trials": 3})
     taken = queue.take(H200, "pid 7 on host-a", lease_s=60)
     assert taken is not None
@@ -191,7 +230,8 @@ def test_a_worker_that_lost_its_lease_stops_its_item_at_the_next_trial() -> None
 
 
 def test_a_worker_runs_a_step_again_when_its_connection_broke_and_only_then(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from autotune.store.schema import ConnectionLost, StoreError
     from autotune.tune import worker as worker_module
 
@@ -232,21 +272,26 @@ def test_a_connection_the_server_ends_as_it_opens_is_a_lost_connection() -> None
     def raised(orig: Exception, wrapper: type[DBAPIError] = OperationalError) -> Exception:
         return wrapper("SELECT 1", {}, orig, connection_invalidated=False)
 
-    assert lost_connection(raised(errors.AdminShutdown("terminating connection due to "
-                                                       "administrator command")))
-    assert lost_connection(raised(psycopg.OperationalError(
-        "consuming input failed: server closed the connection unexpectedly")))
-    assert lost_connection(raised(errors.CannotConnectNow("the database system is starting "
-                                                          "up")))
-    assert not lost_connection(raised(errors.InvalidPassword("password authentication "
-                                                             "failed")))
+    assert lost_connection(
+        raised(errors.AdminShutdown("terminating connection due to administrator command"))
+    )
+    assert lost_connection(
+        raised(
+            psycopg.OperationalError(
+                "consuming input failed: server closed the connection unexpectedly"
+            )
+        )
+    )
+    assert lost_connection(raised(errors.CannotConnectNow("the database system is starting up")))
+    assert not lost_connection(raised(errors.InvalidPassword("password authentication failed")))
     assert not lost_connection(raised(errors.SyntaxError("syntax error"), ProgrammingError))
     assert not lost_connection(raised(sqlite3.OperationalError("database is locked")))
 
 
 @pytest.mark.postgres
 def test_a_store_whose_connection_is_ended_as_it_opens_is_opened_again_on_postgres(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     """The server ends a new engine's first connection while the pool opens it (what
     pg_terminate_backend does to a worker that is opening its store as every connection is
     ended): a ConnectionLost, which the worker runs again, not a StoreError that failed the
@@ -275,7 +320,8 @@ def test_a_store_whose_connection_is_ended_as_it_opens_is_opened_again_on_postgr
 
 @pytest.mark.postgres
 def test_optunas_pooled_connection_ended_while_idle_is_replaced_on_postgres(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     """The server ends the connection Optuna's storage keeps idle in its pool (a restart, a
     network drop, pg_terminate_backend): the next use opens a new one instead of failing, as
     the tuning store's engine does. Without it one drop cost a worker a reconnect attempt of
@@ -288,16 +334,20 @@ def test_optunas_pooled_connection_ended_while_idle_is_replaced_on_postgres(
     storage.get_all_studies()  # its connection, now idle in the pool
     admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        ended = c.execute(text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+        ended = c.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar()
     admin.dispose()
     assert ended and ended >= 1
     assert storage.get_all_studies() == []
 
 
 def test_a_long_tune_whose_connection_breaks_between_trials_keeps_its_item(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A step is run again up to CONNECTION_ATTEMPTS times in a row when its connection broke.
     A tune that told trials since its last break has made progress: its count starts again, so
     an item whose long tune meets more drops than that in all (each after some trials) is done,
@@ -316,8 +366,9 @@ def test_a_long_tune_whose_connection_breaks_between_trials_keeps_its_item(
         key = problem.describe()
         drops[key] = drops.get(key, 0) + 1
         if drops[key] <= worker_module.CONNECTION_ATTEMPTS + 1:
-            raise ConnectionLost("the tuning database x cannot be used: server closed the "
-                                 "connection")
+            raise ConnectionLost(
+                "the tuning database x cannot be used: server closed the connection"
+            )
         return []
 
     monkeypatch.setattr(worker_module, "tune", tune)
@@ -327,7 +378,8 @@ def test_a_long_tune_whose_connection_breaks_between_trials_keeps_its_item(
 
 
 def test_a_tune_whose_connection_keeps_breaking_without_progress_fails_its_item(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from autotune.store.schema import ConnectionLost
     from autotune.tune import worker as worker_module
     from autotune.tune.backends import ReplayBackend

@@ -74,8 +74,19 @@ def test_a_reply_comes_back_as_the_record_it_was(worker: GpuWorker) -> None:
     pong = worker.request(Ping(), timeout=60)
     assert isinstance(pong, Pong) and pong == Pong(pong.pid, 0) and pong.pid != os.getpid()
     env = Environment(regime="flushed-alternating-1", torch_version="2.9", sm_clock_mhz=1980.0)
-    sent = TrialResult(Config.from_dict(sm80_config()), Status.FAILED_VALIDATION, "race",
-                       12.5, 12.0, 13.0, 21, 3e-4, build_key="k", env=env, baseline_us=14.0)
+    sent = TrialResult(
+        Config.from_dict(sm80_config()),
+        Status.FAILED_VALIDATION,
+        "race",
+        12.5,
+        12.0,
+        13.0,
+        21,
+        3e-4,
+        build_key="k",
+        env=env,
+        baseline_us=14.0,
+    )
     back = worker.request(Echo(sent), timeout=60)
     assert back == sent and back is not sent
     assert isinstance(back, TrialResult) and back.status is Status.FAILED_VALIDATION
@@ -95,8 +106,7 @@ def test_a_request_no_task_serves_is_an_error(worker: GpuWorker) -> None:
     assert "no task for Unserved" in reply.reason
 
 
-def test_a_hang_is_a_timeout_and_the_next_request_gets_a_fresh_process(
-        worker: GpuWorker) -> None:
+def test_a_hang_is_a_timeout_and_the_next_request_gets_a_fresh_process(worker: GpuWorker) -> None:
     first = worker.request(Ping(), timeout=60)
     reply = worker.request(Sleep(30.0), timeout=1)
     assert isinstance(reply, WorkerFailure) and reply.status is Status.TIMEOUT
@@ -132,42 +142,55 @@ def killer_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     toolchain_module.toolchain.cache_clear()
 
 
-CONFIGS = [Config.from_dict(sm80_config(**tile))
-           for tile in ({"block_n": 32}, {"block_n": 64}, {"kv_stages": 3})]
+CONFIGS = [
+    Config.from_dict(sm80_config(**tile))
+    for tile in ({"block_n": 32}, {"block_n": 64}, {"kv_stages": 3})
+]
 
 
 def compile_all(tmp: Path) -> list[BuildResult]:
     return compile_many(CONFIGS, target_for_arch(90), jobs=2, cache=ArtifactCache(tmp / "c"))
 
 
-def test_a_dying_compile_worker_is_retried(killer_nvcc: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dying_compile_worker_is_retried(
+    killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODE", "once")
     results = compile_all(killer_nvcc)
     assert [r.status for r in results] == ["compile_error"] * 3
     assert all("fake nvcc refuses" in r.message for r in results), [r.message for r in results]
 
 
-def test_a_compile_error_is_stored_with_its_toolchain(killer_nvcc: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compile_error_is_stored_with_its_toolchain(
+    killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODE", "once")
     (killer_nvcc / "killed-once").touch()  # this nvcc only refuses
-    (build,) = compile_many(CONFIGS[:1], target_for_arch(90), jobs=1,
-                            cache=ArtifactCache(killer_nvcc / "c"))
+    (build,) = compile_many(
+        CONFIGS[:1], target_for_arch(90), jobs=1, cache=ArtifactCache(killer_nvcc / "c")
+    )
     assert build.status == "compile_error"
     store = TuningStore(f"sqlite:///{killer_nvcc}/t.db")
     problem = Problem(4, 16, 16, 2048, 2048, 128)
-    store.record_trial(H200, problem, TrialResult(build.config, build.status, build.message,
-                                                  build_key=build.key),
-                       build=build, study="s", phase="search", baseline_us=None)
+    store.record_trial(
+        H200,
+        problem,
+        TrialResult(build.config, build.status, build.message, build_key=build.key),
+        build=build,
+        study="s",
+        phase="search",
+        baseline_us=None,
+    )
     with store.engine.connect() as c:
-        row = c.execute(text("select status, nvcc_version, cutlass_version, kernel_source_hash "
-                             "from builds")).one()
+        row = c.execute(
+            text("select status, nvcc_version, cutlass_version, kernel_source_hash from builds")
+        ).one()
     assert row[0] == "compile_error" and row[1] == "13.0.88" and row[2] and row[3]
 
 
 def test_a_pool_that_keeps_dying_is_infrastructure_not_the_configs(
-        killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    killer_nvcc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODE", "always")
     results = compile_all(killer_nvcc)
     assert [r.status for r in results] == ["infrastructure"] * 3
@@ -181,17 +204,27 @@ class FlakyBuilds(ReplayBackend):
     """A replay whose compile pool breaks for some configs (infrastructure), or whose build of
     a config fails under one toolchain only."""
 
-    def __init__(self, *args: object, infra: set[str] = frozenset(),  # type: ignore[assignment]
-                 toolchain_tag: str = "nvcc-13.0", **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        infra: set[str] = frozenset(),  # type: ignore[assignment]
+        toolchain_tag: str = "nvcc-13.0",
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.infra = set(infra)
         self.toolchain_tag = toolchain_tag
 
     def build(self, configs):  # type: ignore[no-untyped-def]
         results = super().build(configs)
-        return [BuildResult(r.config, r.arch, "infrastructure",
-                            message="compile worker died (the pool broke)")
-                if r.config.digest in self.infra else r for r in results]
+        return [
+            BuildResult(
+                r.config, r.arch, "infrastructure", message="compile worker died (the pool broke)"
+            )
+            if r.config.digest in self.infra
+            else r
+            for r in results
+        ]
 
     def build_key(self, config: Config) -> str:
         return f"{self.toolchain_tag}-{config.digest}"
@@ -217,8 +250,7 @@ def test_infrastructure_failures_are_never_held_against_a_config(tmp_path: Path)
     again = FlakyBuilds(RECORDING)
     tune_problem(problem, again, store, SearchSettings(trials=2, seed=3, warm_start=0))
     assert heuristic in again.build_calls
-    assert any(t["config"] == heuristic.as_dict() and t["status"] == "ok"
-               for t in store.trials())
+    assert any(t["config"] == heuristic.as_dict() and t["status"] == "ok" for t in store.trials())
 
 
 def test_a_new_toolchain_tries_a_failed_config_again(tmp_path: Path) -> None:

@@ -16,20 +16,36 @@ def make(problem: Problem, layout: str = "bhld") -> tuple[torch.Tensor, ...]:
     dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
 
     def tensor(heads: int, length: int) -> torch.Tensor:
-        shape = ((problem.batch, heads, length, problem.head_dim) if layout == "bhld"
-                 else (problem.batch, length, heads, problem.head_dim))
+        shape = (
+            (problem.batch, heads, length, problem.head_dim)
+            if layout == "bhld"
+            else (problem.batch, length, heads, problem.head_dim)
+        )
         return torch.randn(shape, device="cuda", dtype=dtype)
 
-    return (tensor(problem.heads_q, problem.seqlen_q), tensor(problem.heads_kv, problem.seqlen_k),
-            tensor(problem.heads_kv, problem.seqlen_k))
+    return (
+        tensor(problem.heads_q, problem.seqlen_q),
+        tensor(problem.heads_kv, problem.seqlen_k),
+        tensor(problem.heads_kv, problem.seqlen_k),
+    )
 
 
-def check(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          problem: Problem, layout: str, lse: torch.Tensor | None = None, *,
-          fp16_tol: float = 1e-3, bf16_tol: float = 8e-3) -> None:
+def check(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    problem: Problem,
+    layout: str,
+    lse: torch.Tensor | None = None,
+    *,
+    fp16_tol: float = 1e-3,
+    bf16_tol: float = 8e-3,
+) -> None:
     """Relative error of `out` (and `lse`, fp32 [B, Hq, Lq]) against the fp32 reference."""
-    ref, ref_lse = reference_attention(q, k, v, causal=problem.causal,
-                                       scale=1 / math.sqrt(problem.head_dim), layout=layout)
+    ref, ref_lse = reference_attention(
+        q, k, v, causal=problem.causal, scale=1 / math.sqrt(problem.head_dim), layout=layout
+    )
     got = out if layout == "bhld" else out.transpose(1, 2)
     assert out.shape == q.shape and bool(torch.isfinite(out).all())
     err = torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref)

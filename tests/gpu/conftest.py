@@ -13,7 +13,10 @@ def kernels_on_untuned_problems(tmp_path_factory: pytest.TempPathFactory) -> Ite
     the path under test is then the kernels', not the no-regret choice of torch SDPA."""
     from autotune.runtime.attention import configure
 
-    configure(db=f"sqlite:///{tmp_path_factory.mktemp('db')}/empty.db", use_shipped=False,
-              untuned="kernel")
+    configure(
+        db=f"sqlite:///{tmp_path_factory.mktemp('db')}/empty.db",
+        use_shipped=False,
+        untuned="kernel",
+    )
     yield
     configure()

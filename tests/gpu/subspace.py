@@ -16,8 +16,20 @@ from autotune.cli.main import main
 
 def check_subspace(tmp_path: Path, family: str, head_dim: int, dtype: str, causal: str) -> None:
     report = tmp_path / f"check_{family}_d{head_dim}_{dtype}_{causal}.json"
-    args = ["check", "--family", family, "--head-dim", str(head_dim), "--dtype", dtype,
-            "--causal", causal, "--json", str(report), "--quiet"]
+    args = [
+        "check",
+        "--family",
+        family,
+        "--head-dim",
+        str(head_dim),
+        "--dtype",
+        dtype,
+        "--causal",
+        causal,
+        "--json",
+        str(report),
+        "--quiet",
+    ]
     sample = os.environ.get("CUTE_AUTOTUNE_GPU_SAMPLE")
     if sample:
         args += ["--sample", sample, "--seed", "0"]
@@ -29,5 +41,6 @@ def check_subspace(tmp_path: Path, family: str, head_dim: int, dtype: str, causa
         shutil.copy(report, Path(evidence) / report.name)
     assert data["valid"] > 0 and data["compiled"] == data["valid"], data["failures"]
     assert data["passed"] == data["valid"], "\n".join(
-        f"{f['name']}: {f['status']}: {f['reason']}" for f in data["failures"])
+        f"{f['name']}: {f['status']}: {f['reason']}" for f in data["failures"]
+    )
     assert rc == 0

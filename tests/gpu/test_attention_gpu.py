@@ -29,25 +29,41 @@ UNTUNED = Problem(1, 6, 6, 77, 1025, 64, "bf16", False)  # nothing of this class
 @pytest.fixture(scope="module", autouse=True)
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = f"sqlite:///{tmp_path_factory.mktemp('db')}/dispatch.db"
-    config = load_space("sm80").config(**TUNED.space_values(), block_m=64, block_n=64,
-                                       num_warps=4, kv_stages=2, swizzle=3, q_in_regs=True)
-    TuningStore(db).set_best(device_info(0), TUNED, TrialResult(config, "ok", median_us=50.0),
-                             measurement_id=None, study="test", trials=1,
-                             sdpa_default_us=40.0, sdpa_flash_us=60.0)
+    config = load_space("sm80").config(
+        **TUNED.space_values(),
+        block_m=64,
+        block_n=64,
+        num_warps=4,
+        kv_stages=2,
+        swizzle=3,
+        q_in_regs=True,
+    )
+    TuningStore(db).set_best(
+        device_info(0),
+        TUNED,
+        TrialResult(config, "ok", median_us=50.0),
+        measurement_id=None,
+        study="test",
+        trials=1,
+        sdpa_default_us=40.0,
+        sdpa_flash_us=60.0,
+    )
     configure(db=db, use_shipped=False, untuned="kernel")  # the kernels' default, untuned
     yield db
     configure()
 
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
-@pytest.mark.parametrize("problem, path", [(TUNED, "exact"), (NEAR, "nearest"),
-                                           (UNTUNED, "heuristic")])
+@pytest.mark.parametrize(
+    "problem, path", [(TUNED, "exact"), (NEAR, "nearest"), (UNTUNED, "heuristic")]
+)
 def test_plain_call_on_each_path(problem: Problem, path: str, layout: str) -> None:
     q, k, v = make(problem, layout)
     decision = autotune.explain(q, k, v, causal=problem.causal, layout=layout)
     assert decision.path == path, decision.describe()
-    out, lse = autotune.attention(q, k, v, causal=problem.causal, layout=layout,
-                                  return_lse=True, strict=True)
+    out, lse = autotune.attention(
+        q, k, v, causal=problem.causal, layout=layout, return_lse=True, strict=True
+    )
     check(out, q, k, v, problem, layout, lse)
     again = autotune.attention(q, k, v, causal=problem.causal, layout=layout, strict=True)
     check(again, q, k, v, problem, layout)
@@ -85,7 +101,7 @@ def test_strided_views_and_misaligned_inputs() -> None:
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     out = autotune.attention(q, k, v, layout="blhd", strict=True)
     check(out, q, k, v, Problem(b, h, h, length, length, d, "fp16", False), "blhd")
-    odd = torch.randn(b, h, length, d + 4, device="cuda", dtype=torch.float16)[..., 2:d + 2]
+    odd = torch.randn(b, h, length, d + 4, device="cuda", dtype=torch.float16)[..., 2 : d + 2]
     with pytest.raises(Unsupported, match="aligned"):
         autotune.attention(odd, odd, odd, strict=True)
 

@@ -34,17 +34,39 @@ from .test_decode_gpu import _check
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available()
-                       or torch.cuda.get_device_capability() != (9, 0),
-                       reason="decode90 runs on compute capability 9.0 only"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="decode90 runs on compute capability 9.0 only",
+    ),
 ]
 
-def _config(head_dim: int, dtype: str, causal: bool, bm: int, bn: int, wgs: int, stages: int,
-            overlap: bool, ctas_per_sm: int = 1) -> Config:
-    return Config.make("decode90", {"head_dim": head_dim, "dtype": dtype, "causal": causal,
-                                    "block_m": bm, "block_n": bn, "consumer_wgs": wgs,
-                                    "kv_stages": stages, "overlap": overlap,
-                                    "ctas_per_sm": ctas_per_sm, "num_splits": 1})
+
+def _config(
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+    bm: int,
+    bn: int,
+    wgs: int,
+    stages: int,
+    overlap: bool,
+    ctas_per_sm: int = 1,
+) -> Config:
+    return Config.make(
+        "decode90",
+        {
+            "head_dim": head_dim,
+            "dtype": dtype,
+            "causal": causal,
+            "block_m": bm,
+            "block_n": bn,
+            "consumer_wgs": wgs,
+            "kv_stages": stages,
+            "overlap": overlap,
+            "ctas_per_sm": ctas_per_sm,
+            "num_splits": 1,
+        },
+    )
 
 
 # Structural variants: 1 and 2 consumer warpgroups, block_m 64/128, block_n 64/128, 2 to 4
@@ -71,23 +93,77 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
 
     # KV caches: slots past a sequence's length are NaN and must never reach the output.
     caches = [
-        (case(batch=4, heads_q=8, heads_kv=1, seqlen_q=3, capacity=777,
-              lengths=(0, 1, 500, 777)), 1),
-        (case(batch=4, heads_q=16, heads_kv=2, seqlen_q=4, capacity=1000,
-              lengths=(1000, 129, 0, 64), layout="bhld"), 4),
-        (case(batch=3, heads_q=16, heads_kv=2, seqlen_q=2, capacity=512, lengths=(5, 333, 0),
-              page_size=16), 8),
-        (case(batch=2, heads_q=32, heads_kv=8, seqlen_q=8, capacity=1024, lengths=(1000, 64),
-              page_size=64, layout="bhld"), 2),
-        (case(batch=2, heads_q=16, heads_kv=2, seqlen_q=16, capacity=1024, lengths=(700, 1024),
-              page_size=256), 16),
-        (case(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, capacity=2048, lengths=(2047, 3),
-              page_size=16), 1),
+        (
+            case(
+                batch=4, heads_q=8, heads_kv=1, seqlen_q=3, capacity=777, lengths=(0, 1, 500, 777)
+            ),
+            1,
+        ),
+        (
+            case(
+                batch=4,
+                heads_q=16,
+                heads_kv=2,
+                seqlen_q=4,
+                capacity=1000,
+                lengths=(1000, 129, 0, 64),
+                layout="bhld",
+            ),
+            4,
+        ),
+        (
+            case(
+                batch=3,
+                heads_q=16,
+                heads_kv=2,
+                seqlen_q=2,
+                capacity=512,
+                lengths=(5, 333, 0),
+                page_size=16,
+            ),
+            8,
+        ),
+        (
+            case(
+                batch=2,
+                heads_q=32,
+                heads_kv=8,
+                seqlen_q=8,
+                capacity=1024,
+                lengths=(1000, 64),
+                page_size=64,
+                layout="bhld",
+            ),
+            2,
+        ),
+        (
+            case(
+                batch=2,
+                heads_q=16,
+                heads_kv=2,
+                seqlen_q=16,
+                capacity=1024,
+                lengths=(700, 1024),
+                page_size=256,
+            ),
+            16,
+        ),
+        (
+            case(
+                batch=2,
+                heads_q=8,
+                heads_kv=2,
+                seqlen_q=1,
+                capacity=2048,
+                lengths=(2047, 3),
+                page_size=16,
+            ),
+            1,
+        ),
         # Two splits exchange rows (each CTA owns half the tile): 40 packed rows (both halves of
         # a 64-row tile, one of a 128-row tile), a sequence of no keys, one whose second split
         # has none
-        (case(batch=3, heads_q=8, heads_kv=1, seqlen_q=5, capacity=600, lengths=(0, 600, 77)),
-         2),
+        (case(batch=3, heads_q=8, heads_kv=1, seqlen_q=5, capacity=600, lengths=(0, 600, 77)), 2),
     ]
 
     cases = [
@@ -111,23 +187,34 @@ def _cases(config: Config) -> list[tuple[KVCase, int]]:
 
 
 def _kernel(config: Config) -> Any:
-    return decode_kernel(config, head_dim=int(config["head_dim"]), dtype=str(config["dtype"]),
-                         causal=bool(config["causal"]), device=0)
+    return decode_kernel(
+        config,
+        head_dim=int(config["head_dim"]),
+        dtype=str(config["dtype"]),
+        causal=bool(config["causal"]),
+        device=0,
+    )
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.to_json())
 @pytest.mark.parametrize("cluster_combine", [True, False], ids=["cluster", "combine_entry"])
-def test_full_caches_and_splits_match_the_reference(config: Config, cluster_combine: bool
-                                                    ) -> None:
+def test_full_caches_and_splits_match_the_reference(config: Config, cluster_combine: bool) -> None:
     kernel = _kernel(config)
     for seed, (case, splits) in enumerate(_cases(config)):
         inputs = make_kv_inputs(case, "cuda", seed)
         out = torch.full_like(inputs.q, float("nan"))  # poisoned: every row must be written
-        out, lse = kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
-                                       cache_seqlens=inputs.cache_seqlens,
-                                       block_table=inputs.block_table, layout=case.layout,
-                                       out=out, return_lse=True, num_splits=splits,
-                                       cluster_combine=cluster_combine)
+        out, lse = kernel.with_kvcache(
+            inputs.q,
+            inputs.k_cache,
+            inputs.v_cache,
+            cache_seqlens=inputs.cache_seqlens,
+            block_table=inputs.block_table,
+            layout=case.layout,
+            out=out,
+            return_lse=True,
+            num_splits=splits,
+            cluster_combine=cluster_combine,
+        )
         _check(out, lse, inputs, case, inputs.cache_seqlens)  # the decode tests' check
 
 
@@ -136,8 +223,12 @@ def test_splits_reduce_in_a_cluster_where_one_fits() -> None:
     cluster_combine off: the combine entry."""
     kernel = _kernel(CONFIGS[1])
     problem = Problem(1, 32, 8, 1, 8192, 128, "bf16", False)
-    strides = [(32 * 128, 128, 32 * 128), (8192 * 8 * 128, 128, 8 * 128),
-               (8192 * 8 * 128, 128, 8 * 128), (32 * 128, 128, 32 * 128)]
+    strides = [
+        (32 * 128, 128, 32 * 128),
+        (8192 * 8 * 128, 128, 8 * 128),
+        (8192 * 8 * 128, 128, 8 * 128),
+        (32 * 128, 128, 32 * 128),
+    ]
 
     def cluster(splits: int, **kw: Any) -> int:
         plan = kernel.plan(problem, strides, 0.088, num_splits=splits, **kw)
@@ -160,8 +251,9 @@ def test_a_grid_of_more_clusters_than_fit_at_once_uses_the_combine_entry() -> No
     kv_strides = (8192 * 8 * 128, 128, 8 * 128)
 
     def cluster(splits: int) -> int:
-        plan = kernel.plan(problem, [q_strides, kv_strides, kv_strides, q_strides], 0.088,
-                           num_splits=splits)
+        plan = kernel.plan(
+            problem, [q_strides, kv_strides, kv_strides, q_strides], 0.088, num_splits=splits
+        )
         return int(plan.cluster)
 
     assert [cluster(s) for s in (2, 4, 8)] == [2, 4, 0]
@@ -171,12 +263,25 @@ def test_pages_shorter_than_a_swizzle_atom_pair_are_refused() -> None:
     """A TMA kernel loads a page as boxes of whole 128-byte swizzle atoms: pages of 8 rows are
     refused with a clear error (the decode family reads them), never launched."""
     kernel = _kernel(CONFIGS[0])
-    paged = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=512,
-                        lengths=(512, 100), causal=True, page_size=8)
+    paged = KVCase.make(
+        batch=2,
+        heads_q=16,
+        heads_kv=2,
+        seqlen_q=4,
+        capacity=512,
+        lengths=(512, 100),
+        causal=True,
+        page_size=8,
+    )
     inputs = make_kv_inputs(paged, "cuda", 2)
     with pytest.raises(ValueError, match="at least 16 rows"):
-        kernel.with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
-                            cache_seqlens=inputs.cache_seqlens, block_table=inputs.block_table)
+        kernel.with_kvcache(
+            inputs.q,
+            inputs.k_cache,
+            inputs.v_cache,
+            cache_seqlens=inputs.cache_seqlens,
+            block_table=inputs.block_table,
+        )
     assert not load_space("decode90").reads("paged8") and load_space("decode").reads("paged8")
 
 
@@ -187,9 +292,16 @@ PROBLEM = Problem(2, 64, 8, 16, 3000, 128, "bf16", True)
 def tuned_decode90(tmp_path: Any) -> Iterator[None]:
     db = f"sqlite:///{tmp_path}/decode90.db"
     config = CONFIGS[0].replace(num_splits=4)
-    TuningStore(db).set_best(device_info(0), PROBLEM, TrialResult(config, "ok", median_us=50.0),
-                             measurement_id=None, study="test", trials=1,
-                             sdpa_default_us=80.0, sdpa_flash_us=90.0)
+    TuningStore(db).set_best(
+        device_info(0),
+        PROBLEM,
+        TrialResult(config, "ok", median_us=50.0),
+        measurement_id=None,
+        study="test",
+        trials=1,
+        sdpa_default_us=80.0,
+        sdpa_flash_us=90.0,
+    )
     configure(db=db, use_shipped=False)
     yield
     configure()
@@ -230,22 +342,41 @@ def test_attention_runs_a_tuned_decode90_config(tuned_decode90: None) -> None:
 def test_attention_with_kvcache_runs_a_tuned_decode90_config_on_pages(tmp_path: Any) -> None:
     """A paged problem tuned to decode90 is run by attention_with_kvcache with that config (the
     split-KV families that read the cache kind are all looked up), matching the reference."""
-    case = KVCase.make(batch=3, heads_q=32, heads_kv=4, seqlen_q=2, capacity=1024,
-                       lengths=(1024, 1, 555), page_size=64)
+    case = KVCase.make(
+        batch=3,
+        heads_q=32,
+        heads_kv=4,
+        seqlen_q=2,
+        capacity=1024,
+        lengths=(1024, 1, 555),
+        page_size=64,
+    )
     problem = replace(case.problem, kv_cache="paged64")
     config = CONFIGS[1].replace(num_splits=2)
     db = f"sqlite:///{tmp_path}/paged.db"
-    TuningStore(db).set_best(device_info(0), problem, TrialResult(config, "ok", median_us=20.0),
-                             measurement_id=None, study="test", trials=1,
-                             sdpa_default_us=None, sdpa_flash_us=None)
+    TuningStore(db).set_best(
+        device_info(0),
+        problem,
+        TrialResult(config, "ok", median_us=20.0),
+        measurement_id=None,
+        study="test",
+        trials=1,
+        sdpa_default_us=None,
+        sdpa_flash_us=None,
+    )
     configure(db=db, use_shipped=False)
     try:
         chosen = decode_choice(problem, 0)
         assert chosen is not None and chosen[0] == config, chosen
         inputs = make_kv_inputs(case, "cuda", 5)
         out, lse = autotune.attention_with_kvcache(
-            inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=inputs.cache_seqlens,
-            block_table=inputs.block_table, return_lse=True)
+            inputs.q,
+            inputs.k_cache,
+            inputs.v_cache,
+            cache_seqlens=inputs.cache_seqlens,
+            block_table=inputs.block_table,
+            return_lse=True,
+        )
         _check(out, lse, inputs, case, inputs.cache_seqlens)
     finally:
         configure()

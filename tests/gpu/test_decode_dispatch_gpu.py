@@ -29,9 +29,16 @@ TILE = dict(block_m=16, block_n=64, num_warps=4, kv_stages=3, pack_gqa=True, num
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     db = f"sqlite:///{tmp_path_factory.mktemp('db')}/decode.db"
     config = load_space("decode").config(**PROBLEM.space_values(), **TILE)
-    TuningStore(db).set_best(device_info(0), PROBLEM, TrialResult(config, "ok", median_us=50.0),
-                             measurement_id=None, study="test", trials=1,
-                             sdpa_default_us=80.0, sdpa_flash_us=90.0)
+    TuningStore(db).set_best(
+        device_info(0),
+        PROBLEM,
+        TrialResult(config, "ok", median_us=50.0),
+        measurement_id=None,
+        study="test",
+        trials=1,
+        sdpa_default_us=80.0,
+        sdpa_flash_us=90.0,
+    )
     configure(db=db, use_shipped=False)
     yield
     configure()
@@ -39,15 +46,16 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def inputs() -> tuple[torch.Tensor, ...]:
     p = PROBLEM
-    return (torch.randn(p.batch, p.heads_q, p.seqlen_q, 128, device="cuda", dtype=torch.bfloat16),
-            torch.randn(p.batch, p.heads_kv, p.seqlen_k, 128, device="cuda",
-                        dtype=torch.bfloat16),
-            torch.randn(p.batch, p.heads_kv, p.seqlen_k, 128, device="cuda",
-                        dtype=torch.bfloat16))
+    return (
+        torch.randn(p.batch, p.heads_q, p.seqlen_q, 128, device="cuda", dtype=torch.bfloat16),
+        torch.randn(p.batch, p.heads_kv, p.seqlen_k, 128, device="cuda", dtype=torch.bfloat16),
+        torch.randn(p.batch, p.heads_kv, p.seqlen_k, 128, device="cuda", dtype=torch.bfloat16),
+    )
 
 
-def assert_matches(out: torch.Tensor, lse: torch.Tensor | None, q: torch.Tensor,
-                   k: torch.Tensor, v: torch.Tensor) -> None:
+def assert_matches(
+    out: torch.Tensor, lse: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
     ref, ref_lse = reference_attention(q, k, v, causal=True, scale=1 / math.sqrt(128))
     assert bool(torch.isfinite(out).all())
     err = torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref)
@@ -95,9 +103,16 @@ def test_a_cache_problem_is_timed_on_its_cache_and_dispatched_by_kind() -> None:
         assert 0 < (result.median_us or 0) < 10 * result.baseline_us
     db_config = config.replace(num_splits=2)
     store = dispatcher().store()
-    store.set_best(device_info(0), PAGED, TrialResult(db_config, "ok", median_us=20.0),
-                   measurement_id=None, study="test", trials=1, sdpa_default_us=30.0,
-                   sdpa_flash_us=40.0)
+    store.set_best(
+        device_info(0),
+        PAGED,
+        TrialResult(db_config, "ok", median_us=20.0),
+        measurement_id=None,
+        study="test",
+        trials=1,
+        sdpa_default_us=30.0,
+        sdpa_flash_us=40.0,
+    )
     configure(db=store.url, use_shipped=False)  # a fresh dispatcher sees the new row
     chosen = decode_choice(PAGED, 0)
     assert chosen is not None and chosen[0] == db_config

@@ -25,8 +25,9 @@ def _hopper() -> bool:
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("family", ["sm80", "sm90"])
-def test_every_valid_config_passes_the_validator(tmp_path: Path, family: str, head_dim: int,
-                                                 dtype: str, causal: str) -> None:
+def test_every_valid_config_passes_the_validator(
+    tmp_path: Path, family: str, head_dim: int, dtype: str, causal: str
+) -> None:
     if family == "sm90" and not _hopper():
         pytest.skip("the sm90 family needs compute capability 9.0")
     check_subspace(tmp_path, family, head_dim, dtype, causal)

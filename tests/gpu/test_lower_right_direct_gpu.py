@@ -17,11 +17,13 @@ from .attention_inputs import check, make
 
 pytestmark = pytest.mark.gpu
 
-PROBLEMS = [Problem(2, 8, 2, 7, 333, 64, "fp16", True),     # GQA, decode-sized
-            Problem(1, 32, 8, 16, 4100, 128, "bf16", True),  # a speculative verify step
-            Problem(3, 12, 1, 129, 515, 96, "bf16", True),   # MQA, D=96
-            Problem(2, 8, 4, 9, 421, 256, "bf16", True),     # D=256
-            Problem(2, 4, 4, 300, 77, 128, "fp16", True)]    # Lq > Lk: rows that see no key
+PROBLEMS = [
+    Problem(2, 8, 2, 7, 333, 64, "fp16", True),  # GQA, decode-sized
+    Problem(1, 32, 8, 16, 4100, 128, "bf16", True),  # a speculative verify step
+    Problem(3, 12, 1, 129, 515, 96, "bf16", True),  # MQA, D=96
+    Problem(2, 8, 4, 9, 421, 256, "bf16", True),  # D=256
+    Problem(2, 4, 4, 300, 77, 128, "fp16", True),
+]  # Lq > Lk: rows that see no key
 
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])

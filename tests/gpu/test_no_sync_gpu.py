@@ -28,23 +28,25 @@ def no_sync() -> Iterator[None]:
         torch.cuda.set_sync_debug_mode("default")
 
 
-def _qkv(b: int, hq: int, hkv: int, lq: int, lk: int, d: int = 128
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _qkv(
+    b: int, hq: int, hkv: int, lq: int, lk: int, d: int = 128
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q = torch.randn(b, hq, lq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, hkv, lk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     return q, k, v
 
 
-@pytest.mark.parametrize("lq, lk, causal", [(513, 513, True), (1, 700, False), (8, 900, True),
-                                            (300, 300, False)])
-def test_attention_first_and_repeated_calls_do_not_sync(lq: int, lk: int, causal: bool
-                                                        ) -> None:
+@pytest.mark.parametrize(
+    "lq, lk, causal", [(513, 513, True), (1, 700, False), (8, 900, True), (300, 300, False)]
+)
+def test_attention_first_and_repeated_calls_do_not_sync(lq: int, lk: int, causal: bool) -> None:
     q, k, v = _qkv(2, 8, 2, lq, lk)
     with no_sync():
         for _ in range(3):
             out = autotune.attention(q, k, v, causal=causal)
-        autotune.scaled_dot_product_attention(q, k, v, is_causal=causal and lq == lk,
-                                              enable_gqa=True)
+        autotune.scaled_dot_product_attention(
+            q, k, v, is_causal=causal and lq == lk, enable_gqa=True
+        )
     assert bool(torch.isfinite(out).all())
 
 
@@ -76,8 +78,14 @@ def test_native_transformers_decode_steps_do_not_sync() -> None:
     transformers = pytest.importorskip("transformers")
     name = autotune.register_transformers()
     config = transformers.LlamaConfig(
-        hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=2,
-        num_hidden_layers=2, vocab_size=512, max_position_embeddings=4096)
+        hidden_size=1024,
+        intermediate_size=2048,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=512,
+        max_position_embeddings=4096,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     model.set_attn_implementation(name)

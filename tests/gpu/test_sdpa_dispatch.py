@@ -37,9 +37,17 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     store = TuningStore(db)
     for problem, backend in WINNERS.items():
         config = load_space("sdpa").config(**problem.space_values(), backend=backend)
-        store.set_best(device_info(0), problem, TrialResult(config, "ok", median_us=40.0),
-                       measurement_id=None, study="test", trials=1, sdpa_default_us=41.0,
-                       sdpa_flash_us=60.0, decision="tie with a kernel: torch SDPA preferred")
+        store.set_best(
+            device_info(0),
+            problem,
+            TrialResult(config, "ok", median_us=40.0),
+            measurement_id=None,
+            study="test",
+            trials=1,
+            sdpa_default_us=41.0,
+            sdpa_flash_us=60.0,
+            decision="tie with a kernel: torch SDPA preferred",
+        )
     configure(db=db, use_shipped=False)
     yield db
     configure()
@@ -49,8 +57,15 @@ def inputs(problem: Problem, layout: str = "bhld") -> tuple[torch.Tensor, ...]:
     return make(problem, layout)
 
 
-def check(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          problem: Problem, layout: str, lse: torch.Tensor | None = None) -> None:
+def check(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    problem: Problem,
+    layout: str,
+    lse: torch.Tensor | None = None,
+) -> None:
     check_output(out, q, k, v, problem, layout, lse, fp16_tol=2e-3, bf16_tol=1e-2)
 
 
@@ -63,8 +78,9 @@ def test_eager_runs_the_stored_backend_with_its_lse(problem: Problem, layout: st
     assert "torch SDPA" in decision.describe() and "SDPA preferred" in decision.describe()
     out = autotune.attention(q, k, v, causal=problem.causal, layout=layout, strict=True)
     check(out, q, k, v, problem, layout)
-    out, lse = autotune.attention(q, k, v, causal=problem.causal, layout=layout,
-                                  return_lse=True, strict=True)
+    out, lse = autotune.attention(
+        q, k, v, causal=problem.causal, layout=layout, return_lse=True, strict=True
+    )
     check(out, q, k, v, problem, layout, lse)
 
 
@@ -107,8 +123,7 @@ def test_untuned_decode_goes_to_sdpa_without_a_warning() -> None:
     problem = Problem(4, 32, 8, 1, 4096, 64, "fp16", False)  # no tuned problem of its class
     q, k, v = inputs(problem)
     decision = autotune.explain(q, k, v)
-    assert decision.path == "heuristic" and decision.sdpa_backend == "default", \
-        decision.describe()
+    assert decision.path == "heuristic" and decision.sdpa_backend == "default", decision.describe()
     import warnings
 
     with warnings.catch_warnings():
@@ -118,7 +133,8 @@ def test_untuned_decode_goes_to_sdpa_without_a_warning() -> None:
 
 
 def test_misses_are_counted_without_a_database_touch_per_call(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from autotune.model.buckets import representative
     from autotune.runtime import attention as runtime
     from autotune.store.repo import TuningStore as Store
@@ -144,6 +160,5 @@ def test_misses_are_counted_without_a_database_touch_per_call(
     runtime.recorder().flush()
     # counted for the problem's length class, under its representative (what tuning would
     # cover the class with: model/buckets.py)
-    misses = [m for m in dispatcher.store().list_misses()
-              if m.problem == representative(problem)]
+    misses = [m for m in dispatcher.store().list_misses() if m.problem == representative(problem)]
     assert [(m.path, m.count) for m in misses] == [("heuristic:sdpa", 200)]

@@ -16,23 +16,33 @@ from autotune.runtime.sdpa_dropin import TORCH
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernels_on_untuned_problems")]
 
-CASES = [c for c in itertools.product(
-    [(128, 128), (96, 160), (1, 512)],   # (Lq, Lk)
-    [(8, 8), (8, 2)],                   # (Hq, Hkv)
-    [64, 128],                          # head dim
-    [False, True],                      # is_causal
-    [None, 0.2],                        # scale
-    [False, True],                      # enable_gqa
-    [None, "bool"],                     # attn_mask
-    [torch.float16, torch.bfloat16],
-) if not (c[3] and c[6])]
+CASES = [
+    c
+    for c in itertools.product(
+        [(128, 128), (96, 160), (1, 512)],  # (Lq, Lk)
+        [(8, 8), (8, 2)],  # (Hq, Hkv)
+        [64, 128],  # head dim
+        [False, True],  # is_causal
+        [None, 0.2],  # scale
+        [False, True],  # enable_gqa
+        [None, "bool"],  # attn_mask
+        [torch.float16, torch.bfloat16],
+    )
+    if not (c[3] and c[6])
+]
 
 
-@pytest.mark.parametrize("lengths, heads, dim, is_causal, scale, enable_gqa, mask, dtype",
-                         CASES)
+@pytest.mark.parametrize("lengths, heads, dim, is_causal, scale, enable_gqa, mask, dtype", CASES)
 def test_the_drop_in_answers_as_torch_and_runs_the_kernels_where_it_should(
-        lengths: tuple[int, int], heads: tuple[int, int], dim: int, is_causal: bool,
-        scale: float | None, enable_gqa: bool, mask: str | None, dtype: torch.dtype) -> None:
+    lengths: tuple[int, int],
+    heads: tuple[int, int],
+    dim: int,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    mask: str | None,
+    dtype: torch.dtype,
+) -> None:
     (lq, lk), (hq, hkv) = lengths, heads
     q = torch.randn(2, hq, lq, dim, device="cuda", dtype=dtype)
     k = torch.randn(2, hkv, lk, dim, device="cuda", dtype=dtype)

@@ -38,8 +38,9 @@ def test_other_head_dims_validate(worker: GpuWorker, head_dim: int) -> None:
     target = default_target()
     space = load_space("sm80")
     for dtype, causal in (("fp16", True), ("bf16", False)):
-        config = space.valid_configs(target, {"head_dim": head_dim, "dtype": dtype,
-                                              "causal": causal, "kv_stages": 2})[0]
+        config = space.valid_configs(
+            target, {"head_dim": head_dim, "dtype": dtype, "causal": causal, "kv_stages": 2}
+        )[0]
         build = compile_config(config, target)
         assert build.ok, build.message
         reply = worker.request(ValidateRequest(build))
@@ -48,9 +49,17 @@ def test_other_head_dims_validate(worker: GpuWorker, head_dim: int) -> None:
 
 @pytest.fixture(scope="module")
 def kernel() -> CompiledKernel:
-    config = load_space("sm80").config(head_dim=64, dtype="fp16", causal=True, block_m=128,
-                                       block_n=64, num_warps=4, kv_stages=2, swizzle=3,
-                                       q_in_regs=False)
+    config = load_space("sm80").config(
+        head_dim=64,
+        dtype="fp16",
+        causal=True,
+        block_m=128,
+        block_n=64,
+        num_warps=4,
+        kv_stages=2,
+        swizzle=3,
+        q_in_regs=False,
+    )
     build = compile_config(config)
     assert build.ok, build.message
     return CompiledKernel(build)

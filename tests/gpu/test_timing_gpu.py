@@ -11,8 +11,10 @@ import torch
 
 from autotune.measure.timing import measure
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 HOST_US = 200.0  # four times the fixed spin
 
@@ -29,8 +31,14 @@ def test_a_slow_host_call_is_timed_at_its_gpu_time() -> None:
     def quick(_set: int) -> None:
         x.add_(1.0)
 
-    timings = measure({"slow_host": slow_host, "quick": quick}, rounds=1, round_ms=1.0,
-                      warmup_ms=5.0, min_calls=21, max_calls=21)
+    timings = measure(
+        {"slow_host": slow_host, "quick": quick},
+        rounds=1,
+        round_ms=1.0,
+        warmup_ms=5.0,
+        min_calls=21,
+        max_calls=21,
+    )
     # The same kernel either way: a few microseconds, far below the host's 200.
     assert timings["slow_host"].median_us < HOST_US / 4, timings
     assert timings["slow_host"].median_us < timings["quick"].median_us + 20.0, timings

@@ -18,8 +18,14 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def model() -> object:
     config = transformers.LlamaConfig(
-        hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=2,
-        num_hidden_layers=2, vocab_size=512, max_position_embeddings=4096)
+        hidden_size=1024,
+        intermediate_size=2048,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=512,
+        max_position_embeddings=4096,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
 
@@ -74,13 +80,13 @@ def test_kernel_output_lands_in_the_projections_memory_order(lq: int, lk: int) -
         num_key_value_groups = 4
 
     query = torch.randn(2, lq, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    key, value = (torch.randn(2, 2, lk, 128, device="cuda", dtype=torch.bfloat16)
-                  for _ in range(2))
+    key, value = (
+        torch.randn(2, 2, lk, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)
+    )
     mask = bottom_right_marker(query.device) if 1 < lq != lk else None
     assert autotune.explain(query, key, value, causal=lq > 1).kernel is not None
-    out, _ = attention_forward(Layer(), query, key, value, mask, scaling=128 ** -0.5)
+    out, _ = attention_forward(Layer(), query, key, value, mask, scaling=128**-0.5)
     assert out.shape == (2, lq, 8, 128) and out.is_contiguous()
-    ref, _ = reference_attention(query, key, value, causal=lq > 1, scale=128 ** -0.5,
-                                 layout="bhld")
+    ref, _ = reference_attention(query, key, value, causal=lq > 1, scale=128**-0.5, layout="bhld")
     got = out.transpose(1, 2).float()
     assert float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)) < 1e-2

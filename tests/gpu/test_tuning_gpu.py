@@ -22,8 +22,13 @@ def test_short_session_on_one_small_shape(tmp_path: Path) -> None:
     try:
         # sm80 only: it runs on every GPU these tests run on, and compiles in seconds (an sm90
         # config takes minutes); tests/tune/test_families.py covers several families on the CPU
-        (outcome,) = tune(problem, db=db, backend=backend, families=["sm80"],
-                          settings=SearchSettings(trials=6, batch_size=3, rerank_top=3, seed=3))
+        (outcome,) = tune(
+            problem,
+            db=db,
+            backend=backend,
+            families=["sm80"],
+            settings=SearchSettings(trials=6, batch_size=3, rerank_top=3, seed=3),
+        )
         device = backend.device()
     finally:
         backend.close()

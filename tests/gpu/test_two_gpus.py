@@ -32,25 +32,60 @@ from .test_decode_gpu import _check
 
 
 def _two_hoppers() -> bool:
-    return (torch.cuda.is_available() and torch.cuda.device_count() >= 2
-            and all(torch.cuda.get_device_capability(i) == (9, 0) for i in range(2)))
+    return (
+        torch.cuda.is_available()
+        and torch.cuda.device_count() >= 2
+        and all(torch.cuda.get_device_capability(i) == (9, 0) for i in range(2))
+    )
 
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _two_hoppers(), reason="needs two sm_90 GPUs")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _two_hoppers(), reason="needs two sm_90 GPUs"),
+]
 
 # A tuned sm90 prefill config (the exact path), as in test_sm90_dispatch_gpu.
 PROBLEM = Problem(2, 16, 4, 1100, 1300, 128, "fp16", True)
-TILE = dict(block_m=128, block_n=128, consumer_wgs=2, kv_stages=2, producer_regs=24,
-            overlap=True, pingpong=True, persistent=True)
+TILE = dict(
+    block_m=128,
+    block_n=128,
+    consumer_wgs=2,
+    kv_stages=2,
+    producer_regs=24,
+    overlap=True,
+    pingpong=True,
+    persistent=True,
+)
 # KV caches: the decode family (per-sequence lengths) and decode90 (a full cache, its splits
 # reduced in a thread-block cluster).
-DECODE = Config.make("decode", {"head_dim": 128, "dtype": "bf16", "causal": True,
-                                "block_m": 16, "block_n": 64, "num_warps": 4, "kv_stages": 3,
-                                "pack_gqa": True, "num_splits": 4})
-DECODE90 = Config.make("decode90", {"head_dim": 128, "dtype": "bf16", "causal": True,
-                                    "block_m": 64, "block_n": 128, "consumer_wgs": 1,
-                                    "kv_stages": 3, "overlap": False, "num_splits": 4})
+DECODE = Config.make(
+    "decode",
+    {
+        "head_dim": 128,
+        "dtype": "bf16",
+        "causal": True,
+        "block_m": 16,
+        "block_n": 64,
+        "num_warps": 4,
+        "kv_stages": 3,
+        "pack_gqa": True,
+        "num_splits": 4,
+    },
+)
+DECODE90 = Config.make(
+    "decode90",
+    {
+        "head_dim": 128,
+        "dtype": "bf16",
+        "causal": True,
+        "block_m": 64,
+        "block_n": 128,
+        "consumer_wgs": 1,
+        "kv_stages": 3,
+        "overlap": False,
+        "num_splits": 4,
+    },
+)
 SLEEP_CYCLES = 50_000_000  # ~25 ms at the H200's clock: far longer than a launch takes
 
 
@@ -59,10 +94,16 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     db = f"sqlite:///{tmp_path_factory.mktemp('db')}/two.db"
     config = load_space("sm90").config(**PROBLEM.space_values(), **TILE)
     for index in (0, 1):  # the same GPU model: one entry serves both, stored per device anyway
-        TuningStore(db).set_best(device_info(index), PROBLEM,
-                                 TrialResult(config, Status.OK, median_us=100.0),
-                                 measurement_id=None, study="test", trials=1,
-                                 sdpa_default_us=110.0, sdpa_flash_us=200.0)
+        TuningStore(db).set_best(
+            device_info(index),
+            PROBLEM,
+            TrialResult(config, Status.OK, median_us=100.0),
+            measurement_id=None,
+            study="test",
+            trials=1,
+            sdpa_default_us=110.0,
+            sdpa_flash_us=200.0,
+        )
     configure(db=db, use_shipped=False)
     yield
     configure()
@@ -74,14 +115,17 @@ def _inputs(device: str, seed: int) -> tuple[torch.Tensor, ...]:
 
     def tensor(heads: int, length: int) -> torch.Tensor:
         return torch.randn(p.batch, heads, length, p.head_dim, generator=gen).to(
-            device=device, dtype=torch.float16)
+            device=device, dtype=torch.float16
+        )
 
-    return (tensor(p.heads_q, p.seqlen_q), tensor(p.heads_kv, p.seqlen_k),
-            tensor(p.heads_kv, p.seqlen_k))
+    return (
+        tensor(p.heads_q, p.seqlen_q),
+        tensor(p.heads_kv, p.seqlen_k),
+        tensor(p.heads_kv, p.seqlen_k),
+    )
 
 
-def _assert_matches(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                    v: torch.Tensor) -> None:
+def _assert_matches(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     assert out.device == q.device
     ref, _ = reference_attention(q, k, v, causal=True, scale=1 / math.sqrt(128))
     assert bool(torch.isfinite(out).all())
@@ -98,8 +142,9 @@ def test_the_second_gpus_tensors_run_there_from_the_first() -> None:
     with torch.cuda.device(0):
         q, k, v = _inputs("cuda:1", 1)
         decision = autotune.explain(q, k, v, causal=True)
-        assert decision.config is not None and decision.config.family == "sm90", \
+        assert decision.config is not None and decision.config.family == "sm90", (
             decision.describe()
+        )
         for _ in range(2):  # the second call takes the prepared fast path
             _assert_matches(_attention(q, k, v), q, k, v)
 
@@ -109,8 +154,10 @@ def test_each_kernel_runs_on_its_tensors_device() -> None:
     pairs = [_inputs(f"cuda:{i}", 10 + i) for i in (0, 1)]
     for q, k, v in pairs:
         _attention(q, k, v)  # loaded and planned outside the profile
-    with torch.cuda.device(0), torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with (
+        torch.cuda.device(0),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof,
+    ):
         for q, k, v in reversed(pairs):
             _attention(q, k, v)
         for i in (0, 1):
@@ -190,14 +237,29 @@ def test_cuda_graph_captured_on_the_second_gpu() -> None:
 @pytest.mark.parametrize("config", [DECODE, DECODE90], ids=lambda c: c.family)
 def test_kv_caches_on_the_second_gpu(config: Config) -> None:
     lengths = (1000, 333) if config.family == "decode" else None  # decode90: full caches
-    case = KVCase.make(batch=2, heads_q=16, heads_kv=2, seqlen_q=4, capacity=1000,
-                       lengths=lengths, head_dim=128, dtype="bf16", causal=True)
+    case = KVCase.make(
+        batch=2,
+        heads_q=16,
+        heads_kv=2,
+        seqlen_q=4,
+        capacity=1000,
+        lengths=lengths,
+        head_dim=128,
+        dtype="bf16",
+        causal=True,
+    )
     per_device = [make_kv_inputs(case, f"cuda:{i}", 40 + i) for i in (0, 1)]
     with torch.cuda.device(0):
         for n in range(4):  # alternating devices, cuda:1 first
             x = per_device[(n + 1) % 2]
             out, lse = autotune.attention_with_kvcache(
-                x.q, x.k_cache, x.v_cache, cache_seqlens=x.cache_seqlens, causal=True,
-                return_lse=True, config=config)
+                x.q,
+                x.k_cache,
+                x.v_cache,
+                cache_seqlens=x.cache_seqlens,
+                causal=True,
+                return_lse=True,
+                config=config,
+            )
             assert out.device == x.q.device
             _check(out, lse, x, case, x.cache_seqlens)

@@ -30,8 +30,9 @@ def pack_with_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **abi: s
     cache = ArtifactCache(tmp_path / "cache")
     fake_build(cache, decode64())
     out = tmp_path / "pack"
-    pack_writer.write_pack(out, [(H200, [decode64()])],
-                           fake_launcher(tmp_path / "build", **abi), cache=cache)
+    pack_writer.write_pack(
+        out, [(H200, [decode64()])], fake_launcher(tmp_path / "build", **abi), cache=cache
+    )
     monkeypatch.setenv("CUTE_AUTOTUNE_KERNELS", str(out))
     manifest = json.loads((out / "cute_autotune_kernels" / "pack.json").read_text())
     return out / "cute_autotune_kernels" / str(manifest["launchers"][0]["file"])
@@ -44,23 +45,26 @@ def no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launcher, "_compiler", missing)
 
 
-def test_a_machine_that_can_build_it_builds_it(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_machine_that_can_build_it_builds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pack_with_launcher(tmp_path, monkeypatch)
     built = tmp_path / "built.so"
     monkeypatch.setattr(launcher, "build_launcher", lambda: built)
     assert launcher.launcher_path() == built
 
 
-def test_without_a_compiler_the_packs_launcher_is_used(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_compiler_the_packs_launcher_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     packed = pack_with_launcher(tmp_path, monkeypatch)
     no_compiler(monkeypatch)
     assert launcher.launcher_path() == packed
 
 
-def test_without_cuda_h_the_packs_launcher_is_used(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_cuda_h_the_packs_launcher_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     packed = pack_with_launcher(tmp_path, monkeypatch)
 
     def no_header() -> Path:
@@ -70,10 +74,12 @@ def test_without_cuda_h_the_packs_launcher_is_used(tmp_path: Path,
     assert launcher.launcher_path() == packed
 
 
-@pytest.mark.parametrize("abi", [{"suffix": ".cpython-310-x86_64-linux-gnu.so"},
-                                 {"pybind11": "2.11.0"}])
+@pytest.mark.parametrize(
+    "abi", [{"suffix": ".cpython-310-x86_64-linux-gnu.so"}, {"pybind11": "2.11.0"}]
+)
 def test_a_launcher_built_for_another_abi_is_not_used(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abi: dict[str, str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abi: dict[str, str]
+) -> None:
     pack_with_launcher(tmp_path, monkeypatch, **abi)
     no_compiler(monkeypatch)
     with pytest.raises(ToolchainError) as caught:
@@ -83,8 +89,9 @@ def test_a_launcher_built_for_another_abi_is_not_used(
     assert next(iter(abi.values())) in message  # what the pack's launcher was built for
 
 
-def test_a_launcher_of_other_sources_is_not_used(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_launcher_of_other_sources_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pack_with_launcher(tmp_path, monkeypatch)
     no_compiler(monkeypatch)
     monkeypatch.setattr(launcher, "_sources", lambda: [Path(pack_writer.__file__)])
@@ -102,6 +109,7 @@ def test_a_replaced_launcher_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_cuda_h_is_found_without_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher needs the header only: a machine with cuda.h and no nvcc builds it."""
+
     def no_nvcc() -> Path:
         raise ToolchainError("nvcc not found")
 

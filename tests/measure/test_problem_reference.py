@@ -16,8 +16,12 @@ from autotune.model.problem import Problem
 
 
 def brute_visible(p: Problem) -> int:
-    return sum(1 for i in range(p.seqlen_q) for j in range(p.seqlen_k)
-               if not p.causal or j <= i + p.seqlen_k - p.seqlen_q)
+    return sum(
+        1
+        for i in range(p.seqlen_q)
+        for j in range(p.seqlen_k)
+        if not p.causal or j <= i + p.seqlen_k - p.seqlen_q
+    )
 
 
 @pytest.mark.parametrize("lq, lk", list(itertools.product([1, 2, 7, 33], [1, 5, 33, 40])))
@@ -34,22 +38,33 @@ def test_flops_count_only_unmasked_work() -> None:
     assert causal.flops == 4 * 4 * 16 * 128 * (2048 * 2049 // 2)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"heads_q": 6, "heads_kv": 4}, "multiple"),
-    ({"seqlen_q": 0}, "from 1 to 2\\^31-1"),
-    ({"seqlen_k": 2**31}, "from 1 to 2\\^31-1"),
-    ({"dtype": "fp32"}, "dtype"),
-    ({"causal": 1}, "bool"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"heads_q": 6, "heads_kv": 4}, "multiple"),
+        ({"seqlen_q": 0}, "from 1 to 2\\^31-1"),
+        ({"seqlen_k": 2**31}, "from 1 to 2\\^31-1"),
+        ({"dtype": "fp32"}, "dtype"),
+        ({"causal": 1}, "bool"),
+    ],
+)
 def test_problem_rejects_bad_values(kwargs: dict[str, object], message: str) -> None:
-    values = {"batch": 1, "heads_q": 4, "heads_kv": 4, "seqlen_q": 8, "seqlen_k": 8,
-              "head_dim": 64, **kwargs}
+    values = {
+        "batch": 1,
+        "heads_q": 4,
+        "heads_kv": 4,
+        "seqlen_q": 8,
+        "seqlen_k": 8,
+        "head_dim": 64,
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=message):
         Problem(**values)  # type: ignore[arg-type]
 
 
-def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+def naive(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-by-row float64 attention, written independently of the reference's vectorised form."""
     b, h, lq, _ = q.shape
     g = h // k.shape[1]
@@ -89,14 +104,17 @@ def test_reference_reads_blhd_without_copy_semantics_change() -> None:
     k = torch.randn(1, 11, 3, 16, generator=gen)
     v = torch.randn(1, 11, 3, 16, generator=gen)
     out_blhd, _ = reference_attention(q, k, v, causal=True, scale=0.25, layout="blhd")
-    out_bhld, _ = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                      causal=True, scale=0.25)
+    out_bhld, _ = reference_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, scale=0.25
+    )
     torch.testing.assert_close(out_blhd, out_bhld)
 
 
 def test_tensors_pose_a_problem_in_either_layout() -> None:
-    q, k = torch.empty(2, 8, 33, 64, dtype=torch.bfloat16), torch.empty(2, 2, 65, 64,
-                                                                          dtype=torch.bfloat16)
+    q, k = (
+        torch.empty(2, 8, 33, 64, dtype=torch.bfloat16),
+        torch.empty(2, 2, 65, 64, dtype=torch.bfloat16),
+    )
     want = Problem(2, 8, 2, 33, 65, 64, "bf16", True)
     assert read_problem(q, k, k, causal=True) == want
     blhd = [t.transpose(1, 2) for t in (q, k)]
@@ -118,8 +136,11 @@ def test_problem_is_the_one_type_that_declares_a_problem_shape() -> None:
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(
-                    isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                    and s.target.id in ("seqlen_q", "heads_kv") for s in node.body):
+                isinstance(s, ast.AnnAssign)
+                and isinstance(s.target, ast.Name)
+                and s.target.id in ("seqlen_q", "heads_kv")
+                for s in node.body
+            ):
                 declaring.append(f"{path.relative_to(package)}:{node.name}")
     assert set(declaring) <= {"model/problem.py:Problem", "store/models.py:ProblemRow"}
     assert "model/problem.py:Problem" in declaring

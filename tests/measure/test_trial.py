@@ -37,8 +37,18 @@ ENV = Environment(regime="flushed-alternating-1", torch_version="2.9", sm_clock_
 
 
 def sm_config() -> dict[str, Any]:
-    return {"family": "sm80", "head_dim": 128, "dtype": "fp16", "causal": False, "block_m": 128,
-            "block_n": 64, "num_warps": 4, "kv_stages": 2, "swizzle": 3, "q_in_regs": False}
+    return {
+        "family": "sm80",
+        "head_dim": 128,
+        "dtype": "fp16",
+        "causal": False,
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 4,
+        "kv_stages": 2,
+        "swizzle": 3,
+        "q_in_regs": False,
+    }
 
 
 def load_sweep() -> ModuleType:
@@ -52,12 +62,21 @@ def load_sweep() -> ModuleType:
 def fake_build(config: Config, index: int) -> BuildResult:
     """Builds as compile_many gives them: every third one refused by nvcc."""
     if index % 3 == 2:
-        return BuildResult(config, "sm_90", Status.COMPILE_ERROR, key=f"k{index}",
-                           message="ptxas: too many resources requested")
-    return BuildResult(config, "sm_90", Status.OK, key=f"k{index}",
-                       cubin=Path(f"/nowhere/{index}.cubin"),
-                       ptxas=PtxasReport("cute_autotune_fwd", "sm_90", 160 + index, 0, 0, 0, 0,
-                                         1))
+        return BuildResult(
+            config,
+            "sm_90",
+            Status.COMPILE_ERROR,
+            key=f"k{index}",
+            message="ptxas: too many resources requested",
+        )
+    return BuildResult(
+        config,
+        "sm_90",
+        Status.OK,
+        key=f"k{index}",
+        cubin=Path(f"/nowhere/{index}.cubin"),
+        ptxas=PtxasReport("cute_autotune_fwd", "sm_90", 160 + index, 0, 0, 0, 0, 1),
+    )
 
 
 class Trials:
@@ -67,19 +86,42 @@ class Trials:
     def __init__(self) -> None:
         self.calls: list[tuple[Problem, BuildResult]] = []
 
-    def __call__(self, problem: Problem, build: BuildResult, *, rounds: int, round_ms: float,
-                 device: int = 0, warmup_ms: float | None = None) -> TrialResult:
+    def __call__(
+        self,
+        problem: Problem,
+        build: BuildResult,
+        *,
+        rounds: int,
+        round_ms: float,
+        device: int = 0,
+        warmup_ms: float | None = None,
+    ) -> TrialResult:
         self.calls.append((problem, build))
         if not build.ok:
             return trial.not_built(build)
         n = int(str(build.key)[1:])
         if n % 3 == 1:
-            return TrialResult(build.config, Status.FAILED_VALIDATION,
-                               "at the tuning shape the output differs from SDPA's by 4.1e-02",
-                               rel_err=2.5e-4, build_key=build.key)
+            return TrialResult(
+                build.config,
+                Status.FAILED_VALIDATION,
+                "at the tuning shape the output differs from SDPA's by 4.1e-02",
+                rel_err=2.5e-4,
+                build_key=build.key,
+            )
         median = 100.125 + n
-        return TrialResult(build.config, Status.OK, "", median, median - 1.5, median + 2.25,
-                           rounds, 3.5e-4, build_key=build.key, env=ENV, baseline_us=130.5)
+        return TrialResult(
+            build.config,
+            Status.OK,
+            "",
+            median,
+            median - 1.5,
+            median + 2.25,
+            rounds,
+            3.5e-4,
+            build_key=build.key,
+            env=ENV,
+            baseline_us=130.5,
+        )
 
 
 @pytest.fixture
@@ -113,17 +155,27 @@ def live_backend(worker: InProcessWorker) -> GpuBackend:
 
 def sweep(monkeypatch: pytest.MonkeyPatch, limit: int) -> dict[str, Any]:
     module = load_sweep()
-    monkeypatch.setattr(module, "compile_many", lambda configs, target: [
-        fake_build(c, i) for i, c in enumerate(configs)])
-    monkeypatch.setattr(module, "time_sdpa", lambda problem, rounds, round_ms: {
-        "default": Timing(130.0, 129.0, 131.0, 42), "flash": Timing(140.0, 139.0, 142.0, 42)})
+    monkeypatch.setattr(
+        module,
+        "compile_many",
+        lambda configs, target: [fake_build(c, i) for i, c in enumerate(configs)],
+    )
+    monkeypatch.setattr(
+        module,
+        "time_sdpa",
+        lambda problem, rounds, round_ms: {
+            "default": Timing(130.0, 129.0, 131.0, 42),
+            "flash": Timing(140.0, 139.0, 142.0, 42),
+        },
+    )
     monkeypatch.setattr(module.torch.cuda, "current_device", lambda: 0)
     shape: dict[str, Any] = module.sweep_shape(PROBLEM, 5, 10.0, limit=limit)
     return shape
 
 
 def test_the_sweep_and_the_live_backend_run_the_same_trial(
-        trials: Trials, monkeypatch: pytest.MonkeyPatch) -> None:
+    trials: Trials, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shape = sweep(monkeypatch, limit=6)
     assert len(shape["configs"]) == 6
     swept = [build for _, build in trials.calls]
@@ -138,16 +190,21 @@ def test_the_sweep_and_the_live_backend_run_the_same_trial(
     assert live == trial.evaluate(PROBLEM, ok, rounds=5, round_ms=10.0)
     assert live.status is Status.OK and live.env == ENV and live.baseline_us == 130.5
     assert backend.evaluate(PROBLEM, failing, rounds=5, round_ms=10.0).status is (
-        Status.FAILED_VALIDATION)
+        Status.FAILED_VALIDATION
+    )
 
 
 def test_what_the_sweep_records_replays_as_the_trial_it_was(
-        trials: Trials, monkeypatch: pytest.MonkeyPatch) -> None:
+    trials: Trials, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shape = sweep(monkeypatch, limit=6)
-    live = {build.config.digest: trial.evaluate(PROBLEM, build, rounds=5, round_ms=10.0)
-            for _, build in list(trials.calls)}
-    recording = json.loads(json.dumps({"device": H200.as_dict(), "family": "sm80",
-                                       "shapes": [shape]}))  # as the sweep writes it
+    live = {
+        build.config.digest: trial.evaluate(PROBLEM, build, rounds=5, round_ms=10.0)
+        for _, build in list(trials.calls)
+    }
+    recording = json.loads(
+        json.dumps({"device": H200.as_dict(), "family": "sm80", "shapes": [shape]})
+    )  # as the sweep writes it
     replay = ReplayBackend(recording)
     configs = [Config.from_dict(row["config"]) for row in shape["configs"]]
     statuses = set()
@@ -155,21 +212,35 @@ def test_what_the_sweep_records_replays_as_the_trial_it_was(
         served = replay.evaluate(PROBLEM, build, rounds=5, round_ms=10.0)
         want = live[build.config.digest]
         statuses.add(want.status)
-        assert (served.status, served.reason, served.median_us, served.p20_us, served.p80_us,
-                served.rel_err, served.baseline_us) == (
-            want.status, want.reason, want.median_us, want.p20_us, want.p80_us, want.rel_err,
-            want.baseline_us), build.config
+        assert (
+            served.status,
+            served.reason,
+            served.median_us,
+            served.p20_us,
+            served.p80_us,
+            served.rel_err,
+            served.baseline_us,
+        ) == (
+            want.status,
+            want.reason,
+            want.median_us,
+            want.p20_us,
+            want.p80_us,
+            want.rel_err,
+            want.baseline_us,
+        ), build.config
     assert statuses == {Status.OK, Status.FAILED_VALIDATION, Status.COMPILE_ERROR}
     assert {b.backend: b.median_us for b in replay.baselines(PROBLEM)} == {
-        "default": 130.0, "flash": 140.0}
+        "default": 130.0,
+        "flash": 140.0,
+    }
 
 
 def test_check_validates_through_the_trial_module(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[BuildResult, int | None]] = []
     report = ValidationReport(True, 7, (CaseResult("aligned", "B2", True, rel_err=1e-4),))
 
-    def check(build: BuildResult, *, device: int = 0, seed: int | None = None
-              ) -> ValidationReport:
+    def check(build: BuildResult, *, device: int = 0, seed: int | None = None) -> ValidationReport:
         seen.append((build, seed))
         return report
 
@@ -179,19 +250,38 @@ def test_check_validates_through_the_trial_module(monkeypatch: pytest.MonkeyPatc
     assert seen == [(build, 7)]
 
 
-def test_a_validation_made_by_check_is_not_made_again(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_a_validation_made_by_check_is_not_made_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # the sweep times builds that `cute-autotune check` processes validated beside it
     build = fake_build(Config.from_dict(sm_config()), 0)
-    report = ValidationReport(False, 3, (CaseResult("aligned", "B2", True, rel_err=1e-4),
-                                         CaseResult("odd", "B1", False, "max abs err 0.5",
-                                                    rel_err=0.25)))
+    report = ValidationReport(
+        False,
+        3,
+        (
+            CaseResult("aligned", "B2", True, rel_err=1e-4),
+            CaseResult("odd", "B1", False, "max abs err 0.5", rel_err=0.25),
+        ),
+    )
     checked = tmp_path / "check.json"
-    checked.write_text(json.dumps({"results": [
-        {"config": sm_config(), "cubin": str(build.cubin),
-         "validation": {"status": "failed", "reason": report.summary(),
-                        "report": report.as_dict()}},
-        {"config": sm_config(), "cubin": None, "validation": {"status": "not_run"}}]}))
+    checked.write_text(
+        json.dumps(
+            {
+                "results": [
+                    {
+                        "config": sm_config(),
+                        "cubin": str(build.cubin),
+                        "validation": {
+                            "status": "failed",
+                            "reason": report.summary(),
+                            "report": report.as_dict(),
+                        },
+                    },
+                    {"config": sm_config(), "cubin": None, "validation": {"status": "not_run"}},
+                ]
+            }
+        )
+    )
     verdicts = load_sweep().read_verdicts([str(checked)])
     assert list(verdicts) == [str(build.cubin)]  # (NaN errors: compare what they write)
     assert verdicts[str(build.cubin)].as_dict().__repr__() == report.as_dict().__repr__()
@@ -204,8 +294,11 @@ def test_a_validation_made_by_check_is_not_made_again(monkeypatch: pytest.Monkey
 
 
 def test_every_request_has_its_task_and_crosses_the_pipe_intact() -> None:
-    kinds = {k for k in vars(protocol).values()
-             if isinstance(k, type) and issubclass(k, Request) and k is not Request}
+    kinds = {
+        k
+        for k in vars(protocol).values()
+        if isinstance(k, type) and issubclass(k, Request) and k is not Request
+    }
     assert len(kinds) == 5 and kinds <= set(TASKS)
     request = TrialRequest(PROBLEM, fake_build(Config.from_dict(sm_config()), 0), 5, 10.0)
     again = pickle.loads(pickle.dumps(request))
@@ -215,8 +308,9 @@ def test_every_request_has_its_task_and_crosses_the_pipe_intact() -> None:
 
 @pytest.mark.parametrize("status", [Status.CRASHED, Status.TIMEOUT, Status.ERROR])
 def test_a_worker_failure_is_the_trials_status(status: Status) -> None:
-    backend = live_backend(InProcessWorker(WorkerFailure(status, "worker process killed by "
-                                                         "SIGSEGV (signal 11)")))
+    backend = live_backend(
+        InProcessWorker(WorkerFailure(status, "worker process killed by SIGSEGV (signal 11)"))
+    )
     builds = [fake_build(Config.from_dict(sm_config()), 0)]
     result = backend.evaluate(PROBLEM, builds[0], rounds=5, round_ms=10.0)
     assert result.status is status and "SIGSEGV" in result.reason

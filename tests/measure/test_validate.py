@@ -15,12 +15,24 @@ from autotune.measure.validate import DEFAULT_CASES, validate
 CPU = torch.device("cpu")
 
 
-def make_runner(causal: bool, mutate: Callable[..., None] | None = None,
-                top_left: bool = False, fixed_scale: float | None = None) -> Callable[..., None]:
+def make_runner(
+    causal: bool,
+    mutate: Callable[..., None] | None = None,
+    top_left: bool = False,
+    fixed_scale: float | None = None,
+) -> Callable[..., None]:
     calls = {"n": 0}
 
-    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, out: torch.Tensor,
-            lse: torch.Tensor | None, scale: float, layout: str) -> None:
+    def run(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        out: torch.Tensor,
+        lse: torch.Tensor | None,
+        scale: float,
+        layout: str,
+    ) -> None:
         calls["n"] += 1
         qq, kk, vv = q, k, v
         if top_left and causal:  # the classic mistake: torch's is_causal alignment
@@ -30,8 +42,9 @@ def make_runner(causal: bool, mutate: Callable[..., None] | None = None,
                 vv = logical_bhld(v, layout)[:, :, :lq]
                 if layout == "blhd":
                     kk, vv = kk.transpose(1, 2), vv.transpose(1, 2)
-        ref_out, ref_lse = reference_attention(qq, kk, vv, causal=causal,
-                                               scale=fixed_scale or scale, layout=layout)
+        ref_out, ref_lse = reference_attention(
+            qq, kk, vv, causal=causal, scale=fixed_scale or scale, layout=layout
+        )
         logical_bhld(out, layout).copy_(ref_out.to(out.dtype))
         if lse is not None:
             lse.copy_(ref_lse)
@@ -100,7 +113,7 @@ def test_top_left_causal_alignment_is_wrong() -> None:
 
 def test_ignoring_the_scale_is_caught() -> None:
     # only one case passes a scale other than 1/sqrt(D); it must be the one that fails
-    report = run_validate(make_runner(False, fixed_scale=32 ** -0.5), causal=False)
+    report = run_validate(make_runner(False, fixed_scale=32**-0.5), causal=False)
     assert [c.case for c in report.failures] == ["concentrated_softmax"]
 
 

@@ -23,16 +23,36 @@ class ReferenceKernel:
     def __init__(self, causal: bool, fault: str = "") -> None:
         self.causal, self.fault = causal, fault
 
-    def with_kvcache(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                     cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
-                     layout: str, out: torch.Tensor, lse: torch.Tensor, **_: Any) -> Any:
+    def with_kvcache(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        cache_seqlens: torch.Tensor | None,
+        block_table: torch.Tensor | None,
+        layout: str,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+        **_: Any,
+    ) -> Any:
         lengths = cache_seqlens
         if self.fault == "ignores_lengths" and lengths is not None:
-            lengths = torch.full_like(lengths, logical_bhld(k, layout).shape[2]
-                                      * (1 if block_table is None else block_table.shape[1]))
-        ref, ref_lse = reference_with_kvcache(q, k, v, cache_seqlens=lengths,
-                                              block_table=block_table, causal=self.causal,
-                                              scale=1 / math.sqrt(q.shape[-1]), layout=layout)
+            lengths = torch.full_like(
+                lengths,
+                logical_bhld(k, layout).shape[2]
+                * (1 if block_table is None else block_table.shape[1]),
+            )
+        ref, ref_lse = reference_with_kvcache(
+            q,
+            k,
+            v,
+            cache_seqlens=lengths,
+            block_table=block_table,
+            causal=self.causal,
+            scale=1 / math.sqrt(q.shape[-1]),
+            layout=layout,
+        )
         if self.fault == "empty_lse_zero":
             ref_lse = torch.nan_to_num(ref_lse, neginf=0.0)
         logical_bhld(out, layout).copy_(ref)
@@ -49,20 +69,30 @@ def _case(name: str) -> tuple[Any, int]:
 
 def test_the_reference_passes_every_case() -> None:
     for name, case, splits in KV_CASES:
-        result = check_kv_case(ReferenceKernel(False), name, case.of_class(32, "fp16", False),
-                               splits, 1, torch.device("cpu"))
+        result = check_kv_case(
+            ReferenceKernel(False),
+            name,
+            case.of_class(32, "fp16", False),
+            splits,
+            1,
+            torch.device("cpu"),
+        )
         assert result.passed, (name, result.reason)
 
 
-@pytest.mark.parametrize("fault, case, needle", [
-    ("ignores_lengths", "lengths_0_1_tail_end", "NaN"),
-    ("unwritten_row", "paged16_shuffled", "NaN"),
-    ("empty_lse_zero", "lengths_0_1_tail_end", "-inf"),
-])
+@pytest.mark.parametrize(
+    "fault, case, needle",
+    [
+        ("ignores_lengths", "lengths_0_1_tail_end", "NaN"),
+        ("unwritten_row", "paged16_shuffled", "NaN"),
+        ("empty_lse_zero", "lengths_0_1_tail_end", "-inf"),
+    ],
+)
 def test_a_faulty_kernel_fails(fault: str, case: str, needle: str) -> None:
     kv_case, splits = _case(case)
-    result = check_kv_case(ReferenceKernel(False, fault), case, kv_case, splits, 1,
-                           torch.device("cpu"))
+    result = check_kv_case(
+        ReferenceKernel(False, fault), case, kv_case, splits, 1, torch.device("cpu")
+    )
     assert not result.passed and needle in result.reason, result
 
 
@@ -72,11 +102,24 @@ def test_a_family_that_reads_full_caches_only_gets_the_full_cache_cases() -> Non
     caches (decode, decode90) gets them all."""
     from autotune.measure.validate_kvcache import validate_kvcache
 
-    full = validate_kvcache(ReferenceKernel(False), head_dim=32, dtype="fp16", causal=False,
-                            device=torch.device("cpu"), seed=1, reads_caches=False)
+    full = validate_kvcache(
+        ReferenceKernel(False),
+        head_dim=32,
+        dtype="fp16",
+        causal=False,
+        device=torch.device("cpu"),
+        seed=1,
+        reads_caches=False,
+    )
     wanted = [n for n, c, _ in KV_CASES if c.lengths is None and c.page_size == 0]
     assert [r.case for r in full] == wanted and len(wanted) >= 3
     assert all(r.passed for r in full)
-    every = validate_kvcache(ReferenceKernel(False), head_dim=32, dtype="fp16", causal=False,
-                             device=torch.device("cpu"), seed=1)
+    every = validate_kvcache(
+        ReferenceKernel(False),
+        head_dim=32,
+        dtype="fp16",
+        causal=False,
+        device=torch.device("cpu"),
+        seed=1,
+    )
     assert [r.case for r in every] == [n for n, _, _ in KV_CASES]

@@ -6,8 +6,17 @@ import pytest
 
 from autotune.model.config import Config, InvalidConfig
 
-VALUES = {"head_dim": 128, "dtype": "fp16", "causal": False, "block_m": 128, "block_n": 64,
-          "num_warps": 4, "kv_stages": 2, "swizzle": 3, "q_in_regs": False}
+VALUES = {
+    "head_dim": 128,
+    "dtype": "fp16",
+    "causal": False,
+    "block_m": 128,
+    "block_n": 64,
+    "num_warps": 4,
+    "kv_stages": 2,
+    "swizzle": 3,
+    "q_in_regs": False,
+}
 
 
 def test_canonical_json_is_independent_of_key_order() -> None:
@@ -15,8 +24,9 @@ def test_canonical_json_is_independent_of_key_order() -> None:
     b = Config.make("sm80", dict(reversed(list(VALUES.items()))))
     assert a == b and hash(a) == hash(b)
     assert a.to_json() == b.to_json()
-    assert a.to_json() == json.dumps({"family": "sm80", **VALUES}, sort_keys=True,
-                                     separators=(",", ":"))
+    assert a.to_json() == json.dumps(
+        {"family": "sm80", **VALUES}, sort_keys=True, separators=(",", ":")
+    )
 
 
 def test_digest_is_stable_across_releases() -> None:
@@ -33,12 +43,15 @@ def test_round_trip_and_bool_int_distinction() -> None:
     assert config != config.replace(q_in_regs=0)  # 0 is not False
 
 
-@pytest.mark.parametrize("data, message", [
-    ([1, 2], "JSON object"),
-    ({"head_dim": 64}, "family"),
-    ({"family": "sm80", "head_dim": [64]}, "int, bool or str"),
-    ({"family": "sm80", "head dim": 64}, "identifier"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([1, 2], "JSON object"),
+        ({"head_dim": 64}, "family"),
+        ({"family": "sm80", "head_dim": [64]}, "int, bool or str"),
+        ({"family": "sm80", "head dim": 64}, "identifier"),
+    ],
+)
 def test_structural_errors(data: object, message: str) -> None:
     with pytest.raises(InvalidConfig, match=message):
         Config.from_dict(data)  # type: ignore[arg-type]

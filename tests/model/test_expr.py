@@ -13,14 +13,17 @@ def test_arithmetic_comparisons_and_functions() -> None:
     assert evaluate("b < 1 or a > 8", env) is False
 
 
-@pytest.mark.parametrize("source", [
-    "__import__('os')",
-    "a.__class__",
-    "[x for x in (1, 2)]",
-    "open('f')",
-    "a[0]",
-    "lambda: 1",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "__import__('os')",
+        "a.__class__",
+        "[x for x in (1, 2)]",
+        "open('f')",
+        "a[0]",
+        "lambda: 1",
+    ],
+)
 def test_rejects_everything_outside_the_whitelist(source: str) -> None:
     with pytest.raises(ExpressionError):
         evaluate(source, {"a": 1})

@@ -17,9 +17,17 @@ from autotune.tune.search import families_to_search
 SHAPE = (8, 32, 8, 1, 32768, 128, "bf16", False)
 
 
-@pytest.mark.parametrize("kind, page_size", [("dense", 0), ("seqlens", 0), ("paged1", 1),
-                                             ("paged16", 16), ("paged64", 64),
-                                             ("paged32768", 32768)])
+@pytest.mark.parametrize(
+    "kind, page_size",
+    [
+        ("dense", 0),
+        ("seqlens", 0),
+        ("paged1", 1),
+        ("paged16", 16),
+        ("paged64", 64),
+        ("paged32768", 32768),
+    ],
+)
 def test_every_kind_is_accepted_with_its_page_size(kind: str, page_size: int) -> None:
     problem = Problem(*SHAPE, kind)  # type: ignore[arg-type]
     assert problem.page_size == page_size
@@ -27,8 +35,22 @@ def test_every_kind_is_accepted_with_its_page_size(kind: str, page_size: int) ->
     assert Problem(**problem.as_dict()) == problem
 
 
-@pytest.mark.parametrize("kind", ["paged", "paged0", "paged48", "paged016", "paged131072",
-                                  "Paged16", "paged16 ", "ragged", "", None, 16])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "paged",
+        "paged0",
+        "paged48",
+        "paged016",
+        "paged131072",
+        "Paged16",
+        "paged16 ",
+        "ragged",
+        "",
+        None,
+        16,
+    ],
+)
 def test_a_kind_that_is_not_one_is_refused(kind: object) -> None:
     with pytest.raises(ValueError, match="kv_cache must be one of"):
         Problem(*SHAPE, kind)  # type: ignore[arg-type]
@@ -62,10 +84,12 @@ def test_per_sequence_lengths_are_fixed_and_span_half_to_all() -> None:
 
 def test_a_shape_set_names_kinds(tmp_path: Path) -> None:
     path = tmp_path / "kinds.toml"
-    path.write_text('dtypes = ["bf16"]\nhead_dims = [128]\ncausal = [false]\nshapes = [\n'
-                    '  { batch = 8, heads_q = 32, heads_kv = 8, seqlen_q = 1, seqlen_k = 4096 },\n'
-                    '  { batch = 8, heads_q = 32, heads_kv = 8, seqlen_q = 1, seqlen_k = 4096,'
-                    ' kv_cache = ["seqlens", "paged16", "paged64"] },\n]\n')
+    path.write_text(
+        'dtypes = ["bf16"]\nhead_dims = [128]\ncausal = [false]\nshapes = [\n'
+        "  { batch = 8, heads_q = 32, heads_kv = 8, seqlen_q = 1, seqlen_k = 4096 },\n"
+        "  { batch = 8, heads_q = 32, heads_kv = 8, seqlen_q = 1, seqlen_k = 4096,"
+        ' kv_cache = ["seqlens", "paged16", "paged64"] },\n]\n'
+    )
     kinds = [p.kv_cache for p in load_shape_set(str(path))]
     assert kinds == ["dense", "seqlens", "paged16", "paged64"]
     path.write_text(path.read_text().replace('"paged64"', '"paged60"'))
@@ -95,7 +119,9 @@ def test_only_a_family_that_reads_caches_is_searched_on_a_cache_problem() -> Non
     assert families_to_search(backend, None, paged) == ["decode"]
     assert families_to_search(backend, ["decode", "sm90"], paged) == ["decode"]
     assert families_to_search(backend, ["sm90", "decode"], Problem(*SHAPE)) == [  # type: ignore[arg-type]
-        "sm90", "decode"]
+        "sm90",
+        "decode",
+    ]
     with pytest.raises(ValueError, match="reads a paged16 KV cache"):
         families_to_search(backend, ["sm90"], paged)
 
@@ -114,9 +140,12 @@ def test_decode90_reads_every_kind_but_pages_shorter_than_its_tma_boxes() -> Non
     backend: Any = AllFamilies()
     backend.families = lambda: ["decode", "decode90"]
     assert families_to_search(backend, None, Problem(*SHAPE, "paged16")) == [  # type: ignore[arg-type]
-        "decode", "decode90"]
+        "decode",
+        "decode90",
+    ]
     assert families_to_search(backend, None, Problem(*SHAPE, "paged8")) == [  # type: ignore[arg-type]
-        "decode"]
+        "decode"
+    ]
 
 
 def test_each_kind_has_its_own_study() -> None:
@@ -126,8 +155,11 @@ def test_each_kind_has_its_own_study() -> None:
     from autotune.tune.search import study_name
 
     device = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
-    names = {study_name(device, "decode", Problem(*SHAPE, kind))  # type: ignore[arg-type]
-             for kind in ("dense", "seqlens", "paged16", "paged64")}
+    names = {
+        study_name(device, "decode", Problem(*SHAPE, kind))  # type: ignore[arg-type]
+        for kind in ("dense", "seqlens", "paged16", "paged64")
+    }
     assert len(names) == 4
     assert study_name(device, "decode", Problem(*SHAPE)).endswith(  # type: ignore[arg-type]
-        "bf16-d128-full-b8-hq32-hkv8-lq1-lk32768")  # dense names as before the kind existed
+        "bf16-d128-full-b8-hq32-hkv8-lq1-lk32768"
+    )  # dense names as before the kind existed

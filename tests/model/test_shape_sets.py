@@ -22,5 +22,4 @@ def test_the_decode_tuning_set() -> None:
     assert {p.seqlen_q for p in problems} == {1, 4, 16}
     assert {p.group_size for p in problems} >= {1, 4, 8, 16, 32}  # MHA, GQA, GQA 16, MQA
     assert all(p.causal for p in problems if p.seqlen_q > 1)
-    assert all(4 * p.batch * p.heads_kv * p.seqlen_k * p.head_dim <= 16 * 2**30
-               for p in problems)
+    assert all(4 * p.batch * p.heads_kv * p.seqlen_k * p.head_dim <= 16 * 2**30 for p in problems)

@@ -26,8 +26,17 @@ def space() -> Space:
 
 
 def base(space: Space, **changes: object) -> Config:
-    values = {"head_dim": 128, "dtype": "fp16", "causal": False, "block_m": 128, "block_n": 64,
-              "num_warps": 4, "kv_stages": 2, "swizzle": 3, "q_in_regs": False}
+    values = {
+        "head_dim": 128,
+        "dtype": "fp16",
+        "causal": False,
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 4,
+        "kv_stages": 2,
+        "swizzle": 3,
+        "q_in_regs": False,
+    }
     values.update(changes)
     return Config.make("sm80", values)  # type: ignore[arg-type]
 
@@ -35,7 +44,8 @@ def base(space: Space, **changes: object) -> Config:
 def test_valid_config_counts_on_sm90(space: Space) -> None:
     counts = {
         (d, dtype): len(space.valid_configs(H200, {"head_dim": d, "dtype": dtype}))
-        for d in (32, 64, 96, 128, 256) for dtype in ("fp16", "bf16")
+        for d in (32, 64, 96, 128, 256)
+        for dtype in ("fp16", "bf16")
     }
     # Both causal values, hence even numbers; the counts follow from the constraints in
     # search_spaces/sm80.toml (see the docstring of each constraint) and are pinned so that a
@@ -49,11 +59,13 @@ def test_valid_config_counts_on_sm90(space: Space) -> None:
 def test_every_constraint_can_fire(space: Space) -> None:
     cases = {
         "each warp owns 16-row": base(space, block_m=64, num_warps=8),
-        "rows one tiled copy moves": base(space, head_dim=32, block_m=128, num_warps=8,
-                                          block_n=32, swizzle=2),
+        "rows one tiled copy moves": base(
+            space, head_dim=32, block_m=128, num_warps=8, block_n=32, swizzle=2
+        ),
         "swizzle is either 0": base(space, swizzle=2),
-        "exceeds the device limit": base(space, head_dim=256, block_m=128, block_n=128,
-                                         num_warps=8, kv_stages=3),
+        "exceeds the device limit": base(
+            space, head_dim=256, block_m=128, block_n=128, num_warps=8, kv_stages=3
+        ),
         "224 registers": base(space, block_n=128),
     }
     for fragment, config in cases.items():
@@ -68,13 +80,19 @@ def test_smaller_devices_prune_more(space: Space) -> None:
 
 
 def test_domain_errors_name_every_problem(space: Space) -> None:
-    broken = Config.make("sm80", {"head_dim": 100, "dtype": "fp8", "causal": 1, "block_m": 128,
-                                  "bogus": 3})
+    broken = Config.make(
+        "sm80", {"head_dim": 100, "dtype": "fp8", "causal": 1, "block_m": 128, "bogus": 3}
+    )
     with pytest.raises(InvalidConfig) as info:
         space.validate(broken)
     text = "\n".join(info.value.reasons)
-    for fragment in ("unknown parameter 'bogus'", "missing parameter 'block_n'",
-                     "head_dim = 100", "dtype = 'fp8'", "causal = 1"):
+    for fragment in (
+        "unknown parameter 'bogus'",
+        "missing parameter 'block_n'",
+        "head_dim = 100",
+        "dtype = 'fp8'",
+        "causal = 1",
+    ):
         assert fragment in text
 
 
@@ -86,9 +104,10 @@ def test_validate_config_refuses_unknown_families() -> None:
 def test_rendering_uses_only_whitelisted_spellings(space: Space) -> None:
     config = base(space, dtype="bf16", causal=True, q_in_regs=True)
     assert space.traits_of(config) == (
-        "cute_autotune::sm80::FwdTraits<128, 128, 64, 4, 2, 3, true, cutlass::bfloat16_t, true>")
+        "cute_autotune::sm80::FwdTraits<128, 128, 64, 4, 2, 3, true, cutlass::bfloat16_t, true>"
+    )
     assert space.name_of(config) == "fwd_sm80_d128_bm128_bn64_w4_s2_sw3_qr_bf16_causal"
-    evil = Config.make("sm80", {**dict(config.values), "dtype": "half_t>; system(\"rm\");"})
+    evil = Config.make("sm80", {**dict(config.values), "dtype": 'half_t>; system("rm");'})
     with pytest.raises(InvalidConfig):
         space.traits_of(evil)
 
@@ -102,21 +121,46 @@ def test_derived_values_match_the_traits_formulas(space: Space) -> None:
 
 def test_space_file_errors_are_reported() -> None:
     with pytest.raises(ValueError, match="not a folder name"):
-        Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
-               "traits": "T", "name": "n", "sources": ["../etc"],
-               "params": {"a": {"role": "tunable", "values": [1]}}})
+        Space(
+            {
+                "family": "x",
+                "gencode": "",
+                "header": "x/y.cuh",
+                "entry_macro": "E",
+                "traits": "T",
+                "name": "n",
+                "sources": ["../etc"],
+                "params": {"a": {"role": "tunable", "values": [1]}},
+            }
+        )
     with pytest.raises(ValueError, match="uses unknown"):
-        Space({"family": "x", "gencode": "", "header": "x/y.cuh", "entry_macro": "E",
-               "traits": "T", "name": "n", "params": {"a": {"role": "tunable", "values": [1]}},
-               "constraints": [{"expr": "b > 1", "message": "m"}]})
+        Space(
+            {
+                "family": "x",
+                "gencode": "",
+                "header": "x/y.cuh",
+                "entry_macro": "E",
+                "traits": "T",
+                "name": "n",
+                "params": {"a": {"role": "tunable", "values": [1]}},
+                "constraints": [{"expr": "b > 1", "message": "m"}],
+            }
+        )
 
 
-@pytest.mark.parametrize("cc, expected", [(75, []), (80, ["decode", "sm80"]),
-                                          (86, ["decode", "sm80"]),
-                                          (90, ["decode", "decode90", "sm80", "sm90"]),
-                                          (100, ["decode", "sm80"])])
-def test_families_a_target_supports_come_from_the_space_files(cc: int,
-                                                               expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    "cc, expected",
+    [
+        (75, []),
+        (80, ["decode", "sm80"]),
+        (86, ["decode", "sm80"]),
+        (90, ["decode", "decode90", "sm80", "sm90"]),
+        (100, ["decode", "sm80"]),
+    ],
+)
+def test_families_a_target_supports_come_from_the_space_files(
+    cc: int, expected: list[str]
+) -> None:
     assert supported_families(cc) == expected
     if cc in (80, 90):
         assert supported_families(target_for_arch(cc)) == expected
@@ -136,8 +180,9 @@ def test_validate_makes_a_valid_config_once(space: Space) -> None:
     assert space.validate(valid) is valid and validate_config(valid) is valid  # not again
     assert space.config(**dict(plain.values)) == valid
     assert all(isinstance(c, ValidConfig) for c in space.valid_configs(H200, {"head_dim": 64}))
-    assert isinstance(space.heuristic({"head_dim": 128, "dtype": "fp16", "causal": False}),
-                      ValidConfig)
+    assert isinstance(
+        space.heuristic({"head_dim": 128, "dtype": "fp16", "causal": False}), ValidConfig
+    )
     assert type(valid.replace(swizzle=0)) is Config  # a changed config is checked again
 
 
@@ -146,9 +191,17 @@ def test_a_valid_config_is_made_only_by_validation(space: Space) -> None:
         ValidConfig("sm80", base(space).values)
     with pytest.raises(InvalidConfig):
         space.validate(base(space, block_m=96))
-    other = Space({"family": "sm80", "gencode": "", "header": "sm80/x.cuh", "entry_macro": "E",
-                   "traits": "T", "name": "n",
-                   "params": {"block_m": {"role": "tunable", "values": [128]}}})
+    other = Space(
+        {
+            "family": "sm80",
+            "gencode": "",
+            "header": "sm80/x.cuh",
+            "entry_macro": "E",
+            "traits": "T",
+            "name": "n",
+            "params": {"block_m": {"role": "tunable", "values": [128]}},
+        }
+    )
     with pytest.raises(InvalidConfig):  # valid in one space is not valid in another
         other.validate(space.validate(base(space)))
 
@@ -163,16 +216,29 @@ def test_a_launch_parameter_is_searched_but_not_built() -> None:
     space = load_space("decode")
     assert "num_splits" in [p.name for p in space.tunable_params]
     assert [p.name for p in space.launch_params] == ["num_splits"]
-    config = space.config(head_dim=64, dtype="fp16", causal=False, block_m=16, block_n=64,
-                          num_warps=4, kv_stages=2, pack_gqa=True, num_splits=8)
+    config = space.config(
+        head_dim=64,
+        dtype="fp16",
+        causal=False,
+        block_m=16,
+        block_n=64,
+        num_warps=4,
+        kv_stages=2,
+        pack_gqa=True,
+        num_splits=8,
+    )
     view = space.build_view(config)
     assert view["num_splits"] == 1 and view.replace(num_splits=8) == config
     assert "{num_splits}" not in space.traits_template
     assert space.traits_of(view) == space.traits_of(config)
     assert space.name_of(view) != space.name_of(config)  # stored rows stay distinguishable
     assert space.build_view(view) is view
-    assert load_space("sm80").build_view(load_space("sm80").heuristic(
-        {"head_dim": 64, "dtype": "fp16", "causal": False})) is not None
+    assert (
+        load_space("sm80").build_view(
+            load_space("sm80").heuristic({"head_dim": 64, "dtype": "fp16", "causal": False})
+        )
+        is not None
+    )
 
 
 def test_a_parameter_added_later_reads_as_its_default_in_configs_stored_before() -> None:
@@ -181,18 +247,29 @@ def test_a_parameter_added_later_reads_as_its_default_in_configs_stored_before()
     under the name it had. A value outside the parameter's domain is still refused, and so is a
     space file whose default is not one of the values."""
     space = load_space("decode90")
-    stored = {"block_m": 64, "block_n": 128, "causal": False, "consumer_wgs": 1, "dtype": "bf16",
-              "head_dim": 128, "kv_stages": 2, "num_splits": 8, "overlap": False}
+    stored = {
+        "block_m": 64,
+        "block_n": 128,
+        "causal": False,
+        "consumer_wgs": 1,
+        "dtype": "bf16",
+        "head_dim": 128,
+        "kv_stages": 2,
+        "num_splits": 8,
+        "overlap": False,
+    }
     config = space.validate(Config.make("decode90", stored))
     assert config["ctas_per_sm"] == 1
     assert space.name_of(config) == "dec90_d128_bm64_bn128_wg1_s2_o0_x8_bf16_full"
     assert space.name_of(config.replace(ctas_per_sm=2)) == (
-        "dec90_d128_bm64_bn128_wg1_s2_o0_c2_x8_bf16_full")
+        "dec90_d128_bm64_bn128_wg1_s2_o0_c2_x8_bf16_full"
+    )
     with pytest.raises(InvalidConfig, match="ctas_per_sm = 3"):
         space.validate(Config.make("decode90", {**stored, "ctas_per_sm": 3}))
     with pytest.raises(InvalidConfig, match="missing parameter 'block_n'"):
-        space.validate(Config.make("decode90", {k: v for k, v in stored.items()
-                                                if k != "block_n"}))
+        space.validate(
+            Config.make("decode90", {k: v for k, v in stored.items() if k != "block_n"})
+        )
     data = tomllib.loads((search_spaces_dir() / "decode90.toml").read_text())
     data["params"]["ctas_per_sm"]["default"] = 4
     with pytest.raises(ValueError, match="default 4 is not one of"):

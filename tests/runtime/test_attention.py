@@ -14,20 +14,31 @@ from autotune.runtime import attention as attention_module
 from autotune.runtime.attention import Unsupported, attention, explain, read_inputs
 
 
-def qkv(b: int = 2, hq: int = 4, hkv: int = 2, lq: int = 16, lk: int = 20, d: int = 64,
-        dtype: torch.dtype = torch.float32, device: str = "cpu"):  # type: ignore[no-untyped-def]
+def qkv(
+    b: int = 2,
+    hq: int = 4,
+    hkv: int = 2,
+    lq: int = 16,
+    lk: int = 20,
+    d: int = 64,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+):  # type: ignore[no-untyped-def]
     make = lambda h, length: torch.randn(b, h, length, d, dtype=dtype, device=device)  # noqa: E731
     return make(hq, lq), make(hkv, lk), make(hkv, lk)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda q, k, v: (q[0], k, v), "q must be 4-D"),
-    (lambda q, k, v: (q, k[:, :, :5], v), "k and v must have the same shape"),
-    (lambda q, k, v: (q, k[:1], v[:1]), "batch and head dim must match"),
-    (lambda q, k, v: (q[:, :3], k, v), "multiple of key/value heads"),
-    (lambda q, k, v: (q, k.double(), v), "share a dtype"),
-    (lambda q, k, v: (q, k, v[..., :0]), "same shape"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda q, k, v: (q[0], k, v), "q must be 4-D"),
+        (lambda q, k, v: (q, k[:, :, :5], v), "k and v must have the same shape"),
+        (lambda q, k, v: (q, k[:1], v[:1]), "batch and head dim must match"),
+        (lambda q, k, v: (q[:, :3], k, v), "multiple of key/value heads"),
+        (lambda q, k, v: (q, k.double(), v), "share a dtype"),
+        (lambda q, k, v: (q, k, v[..., :0]), "same shape"),
+    ],
+)
 def test_misuse_raises_clear_errors(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
     q, k, v = mutate(*qkv())
     with pytest.raises(InputError, match=message):
@@ -39,10 +50,13 @@ def test_unknown_layout_is_an_error() -> None:
         attention(*qkv(), layout="lbhd")
 
 
-@pytest.mark.parametrize("kwargs, reason", [
-    ({}, "tensors are on cpu"),
-    ({"device": "meta", "dtype": torch.float32}, "tensors are on meta"),
-])
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        ({}, "tensors are on cpu"),
+        ({"device": "meta", "dtype": torch.float32}, "tensors are on meta"),
+    ],
+)
 def test_what_the_kernels_cannot_run_is_named(kwargs: dict[str, object], reason: str) -> None:
     problem, why = read_inputs(*qkv(**kwargs), causal=False, layout="bhld")  # type: ignore[arg-type]
     assert why is not None and reason in why
@@ -57,7 +71,7 @@ def test_fallback_warns_once_per_reason_and_matches_the_reference() -> None:
         out2, lse = attention(q, k, v, causal=True, return_lse=True)
     messages = [str(w.message) for w in caught if "cute-autotune" in str(w.message)]
     assert len(messages) == 1 and "falling back to torch SDPA" in messages[0]
-    ref, ref_lse = reference_attention(q, k, v, causal=True, scale=64 ** -0.5)
+    ref, ref_lse = reference_attention(q, k, v, causal=True, scale=64**-0.5)
     torch.testing.assert_close(out1, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out2, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse, ref_lse)
@@ -69,7 +83,7 @@ def test_fallback_keeps_the_blhd_layout() -> None:
         warnings.simplefilter("ignore")
         out = attention(q, k, v, causal=True, layout="blhd")
     assert out.shape == q.shape
-    ref, _ = reference_attention(q, k, v, causal=True, scale=64 ** -0.5, layout="blhd")
+    ref, _ = reference_attention(q, k, v, causal=True, scale=64**-0.5, layout="blhd")
     torch.testing.assert_close(out.transpose(1, 2), ref, atol=1e-5, rtol=1e-5)
 
 
@@ -111,8 +125,9 @@ def test_custom_op_fake_traces_under_torch_compile_on_meta_tensors() -> None:
     out, lse = compiled(q, k, v)
     assert out.shape == q.shape and out.device.type == "meta" and out.dtype == torch.float16
     assert lse.shape == (2, 4, 33) and lse.dtype == torch.float32
-    blhd = torch.compile(lambda q, k, v: attention(q, k, v, layout="blhd"), fullgraph=True,
-                         backend="aot_eager")
+    blhd = torch.compile(
+        lambda q, k, v: attention(q, k, v, layout="blhd"), fullgraph=True, backend="aot_eager"
+    )
     qb, kb, vb = (t.transpose(1, 2) for t in (q, k, v))
     assert blhd(qb, kb, vb).shape == qb.shape
 

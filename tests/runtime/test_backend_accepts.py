@@ -26,6 +26,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
             made.append((backend, k.shape[2 if kwargs["layout"] == "bhld" else 1]))
             if backend == "refusing":
                 raise RuntimeError("No available kernel. Aborting execution.")
+
         return run
 
     monkeypatch.setattr(sdpa_module, "sdpa_call", fake_call)
@@ -33,8 +34,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     return made
 
 
-def _accepts(backend: str, lk: int, *, dtype: torch.dtype = torch.float16,
-             layout: str = "bhld", lq: int = 1) -> bool:
+def _accepts(
+    backend: str, lk: int, *, dtype: torch.dtype = torch.float16, layout: str = "bhld", lq: int = 1
+) -> bool:
     shape_q, shape_kv = (2, 8, lq, 64), (2, 2, lk, 64)
     if layout == "blhd":
         shape_q, shape_kv = (2, lq, 8, 64), (2, lk, 2, 64)
@@ -45,7 +47,8 @@ def _accepts(backend: str, lk: int, *, dtype: torch.dtype = torch.float16,
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
 def test_a_growing_cache_is_checked_once_per_length_class(
-        calls: list[tuple[str, int]], layout: str) -> None:
+    calls: list[tuple[str, int]], layout: str
+) -> None:
     lengths = range(1000, 1400)
     assert all(_accepts("flash", n, layout=layout) for n in lengths)
     classes = {length_class(n) for n in lengths}

@@ -37,8 +37,11 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
         # The kernels' built-in defaults on untuned problems, as before the no-regret rule
         # (tests/tune/test_no_regret.py covers the rule itself).
         d = Dispatcher(f"sqlite:///{tmp_path}/user.db", **{"untuned": "kernel", **kwargs})
-        target = (target_for_arch(target_cc) if target_cc >= 80
-                  else Target(target_cc, 65536, f"sm_{target_cc}"))
+        target = (
+            target_for_arch(target_cc)
+            if target_cc >= 80
+            else Target(target_cc, 65536, f"sm_{target_cc}")
+        )
         d._identify = lambda index: (H200, target)  # type: ignore[method-assign]
         d._load = lambda config, target, index, problems: FakeKernel(config)  # type: ignore[method-assign,assignment]
         return d
@@ -47,13 +50,28 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
 
 def tuned(db: str, problem: Problem, us: float, **tile: object) -> Config:
-    values = {"block_m": 128, "block_n": 64, "num_warps": 8, "kv_stages": 3, "swizzle": 3,
-              "q_in_regs": True, **tile}
+    values = {
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 8,
+        "kv_stages": 3,
+        "swizzle": 3,
+        "q_in_regs": True,
+        **tile,
+    }
     config = load_space("sm80").config(**problem.space_values(), **values)  # type: ignore[arg-type]
     store = TuningStore(db)
     result = TrialResult(config, "ok", median_us=us)
-    store.set_best(H200, problem, result, measurement_id=None, study="s", trials=30,
-                   sdpa_default_us=2 * us, sdpa_flash_us=3 * us)
+    store.set_best(
+        H200,
+        problem,
+        result,
+        measurement_id=None,
+        study="s",
+        trials=30,
+        sdpa_default_us=2 * us,
+        sdpa_flash_us=3 * us,
+    )
     return config
 
 
@@ -100,7 +118,8 @@ def test_fallback_when_nothing_can_run(make) -> None:  # type: ignore[no-untyped
     assert decision.path == "fallback" and "older than" in decision.reason
     no_compile = make()
     no_compile._load = lambda config, target, index, problems: problems.append(  # type: ignore[method-assign,assignment]
-        "not compiled and compile-on-miss is off")
+        "not compiled and compile-on-miss is off"
+    )
     decision = no_compile.decide(P, 0)
     assert decision.path == "fallback" and "compile-on-miss is off" in decision.reason
 
@@ -116,14 +135,17 @@ def test_broken_database_row_is_refused(make) -> None:  # type: ignore[no-untype
     d = make()
     tuned(d.db, P, 400.0)
     with TuningStore(d.db).engine.begin() as c:
-        c.exec_driver_sql("UPDATE kernel_configs SET config_json = "
-                          "replace(config_json, '\"num_warps\":8', '\"num_warps\":6')")
+        c.exec_driver_sql(
+            "UPDATE kernel_configs SET config_json = "
+            "replace(config_json, '\"num_warps\":8', '\"num_warps\":6')"
+        )
     decision = d.decide(P, 0)
     assert decision.path == "heuristic"  # the broken row never runs
 
 
-def test_shipped_defaults_seed_an_empty_database(make, monkeypatch: pytest.MonkeyPatch,
-                                                 tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_shipped_defaults_seed_an_empty_database(
+    make, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     source = TuningStore(f"sqlite:///{tmp_path}/ship.db")
     config = tuned(source.url, P, 333.0)
     shipped = json.loads(json.dumps(source.export()))
@@ -140,7 +162,8 @@ def test_shipped_defaults_seed_an_empty_database(make, monkeypatch: pytest.Monke
 
 
 def test_the_shipped_h200_results_answer_every_llm_problem(
-        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    make, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     """The real db/*.json, not a fixture: valid on import and exact for the whole shape set."""
     from autotune.model.shapes import load_shape_set
 
@@ -165,7 +188,8 @@ def test_the_shipped_h200_results_answer_every_llm_problem(
 
 
 def test_the_shipped_h200_results_hold_each_kv_cache_kind(
-        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    make, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     """Every KV-cache kind tuned on the H200 is in db/ with a config of a split-KV family
     (decode, or decode90 since it reads caches; torch SDPA cannot read a cache: it is the
     baseline there, never the stored best)."""
@@ -176,8 +200,9 @@ def test_the_shipped_h200_results_hold_each_kv_cache_kind(
         problem = Problem(**entry["problem"])
         kinds.setdefault(problem.kv_cache, set()).add(entry["family"])
     assert kinds.keys() == {"dense", "seqlens", "paged16", "paged64"}
-    assert all(families <= {"decode", "decode90"}
-               for kind, families in kinds.items() if kind != "dense")
+    assert all(
+        families <= {"decode", "decode90"} for kind, families in kinds.items() if kind != "dense"
+    )
     assert "decode90" in kinds["seqlens"]  # B1 H32/8 Lq1 Lk32k, re-tuned with both families
     assert "decode90" in kinds["paged16"] and "decode90" in kinds["paged64"]  # re-tuned with it
 
@@ -189,7 +214,8 @@ def sm90_config(problem: Problem) -> Config:
 
 
 def test_heuristic_comes_from_the_supported_family_of_highest_priority(
-        make, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    make, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     sm80, sm90 = load_space("sm80"), load_space("sm90")
     assert sm90.dispatch_priority > sm80.dispatch_priority  # as shipped
     decision = make(target_cc=90).decide(P, 0)
@@ -214,9 +240,16 @@ def test_heuristic_comes_from_the_supported_family_of_highest_priority(
 def test_a_tuned_config_of_a_family_this_gpu_cannot_run_is_skipped(make) -> None:  # type: ignore[no-untyped-def]
     d = make(target_cc=80)
     config = sm90_config(P)
-    TuningStore(d.db).set_best(H200, P, TrialResult(config, "ok", median_us=250.0),
-                               measurement_id=None, study="s", trials=30,
-                               sdpa_default_us=500.0, sdpa_flash_us=None)
+    TuningStore(d.db).set_best(
+        H200,
+        P,
+        TrialResult(config, "ok", median_us=250.0),
+        measurement_id=None,
+        study="s",
+        trials=30,
+        sdpa_default_us=500.0,
+        sdpa_flash_us=None,
+    )
     decision = d.decide(P, 0)
     assert decision.path == "heuristic" and decision.config is not None
     assert decision.config.family == "sm80"
@@ -237,7 +270,8 @@ def test_no_family_for_an_old_gpu_is_a_clear_fallback(make) -> None:  # type: ig
 
 
 def test_shipped_results_fill_gaps_refresh_shipped_rows_and_keep_tuned_ones(
-        make, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    make, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """A database that has tuned one shape still gets the shipped results of the others, and
     newer shipped results replace older shipped rows but never a config tuned there."""
     other = Problem(1, 16, 16, 8192, 8192, 128, "fp16", False)
@@ -265,4 +299,7 @@ def test_shipped_results_fill_gaps_refresh_shipped_rows_and_keep_tuned_ones(
     stored = {r.problem: r for r in store.list_best()}
     assert stored[P].source == "tuned" and stored[other].config == shipped_config
     assert store.import_results(new_release, refresh_imported=True) == {
-        "imported": 0, "kept_existing": 2, "duplicates": 0}  # equal entries write nothing
+        "imported": 0,
+        "kept_existing": 2,
+        "duplicates": 0,
+    }  # equal entries write nothing

@@ -44,9 +44,16 @@ def dispatcher(tmp_path: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(dispatch_module, "CompiledKernel", LoadedKernel)
     d = Dispatcher(f"sqlite:///{tmp_path}/user.db", untuned="kernel")
     d._identify = lambda device_index: (GPU, H200)  # type: ignore[method-assign]
-    TuningStore(d.db).set_best(GPU, P64, TrialResult(sm80_64(), Status.OK, median_us=300.0),
-                               measurement_id=None, study="s", trials=1,
-                               sdpa_default_us=400.0, sdpa_flash_us=500.0)
+    TuningStore(d.db).set_best(
+        GPU,
+        P64,
+        TrialResult(sm80_64(), Status.OK, median_us=300.0),
+        measurement_id=None,
+        study="s",
+        trials=1,
+        sdpa_default_us=400.0,
+        sdpa_flash_us=500.0,
+    )
     return d
 
 
@@ -57,7 +64,8 @@ def no_pack(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_without_nvcc_the_tuned_config_runs_from_the_pack(
-        tmp_path: Path, dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = make_pack(tmp_path / "pack", [sm80_64()], monkeypatch)
     without_nvcc(monkeypatch)
     decision = dispatcher.decide(P64, 0)
@@ -67,7 +75,8 @@ def test_without_nvcc_the_tuned_config_runs_from_the_pack(
 
 
 def test_with_neither_pack_nor_nvcc_torch_sdpa_runs_with_the_reason(
-        dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch, no_pack: None) -> None:
+    dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch, no_pack: None
+) -> None:
     without_nvcc(monkeypatch)
     decision = dispatcher.decide(P64, 0)  # no exception: a reason
     assert decision.path == "fallback" and decision.kernel is None
@@ -82,13 +91,20 @@ def test_compile_on_miss_off_keeps_its_reason(dispatcher: Dispatcher, no_pack: N
     assert decision.path == "fallback" and "compile-on-miss is off" in decision.reason
 
 
-@pytest.mark.parametrize("fault, reason", [
-    ("tampered", "does not match its recorded SHA-256"),
-    ("other sources", "built from other sm80 kernel sources"),
-])
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("tampered", "does not match its recorded SHA-256"),
+        ("other sources", "built from other sm80 kernel sources"),
+    ],
+)
 def test_a_pack_that_cannot_be_used_is_passed_over_with_the_reason(
-        tmp_path: Path, dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch,
-        fault: str, reason: str) -> None:
+    tmp_path: Path,
+    dispatcher: Dispatcher,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+    reason: str,
+) -> None:
     package = make_pack(tmp_path / "pack", [sm80_64()], monkeypatch)
     without_nvcc(monkeypatch)
     if fault == "tampered":
@@ -109,22 +125,25 @@ def decode_here(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_decode_kernels_come_from_the_pack_without_nvcc(
-        tmp_path: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch,
-        decode_here: None) -> None:
+    tmp_path: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch, decode_here: None
+) -> None:
     package = make_pack(tmp_path / "pack", [decode64()], monkeypatch)
     without_nvcc(monkeypatch)
-    kernel: Any = kvcache.decode_kernel(decode64(4), head_dim=64, dtype="fp16", causal=False,
-                                        device=0)
+    kernel: Any = kvcache.decode_kernel(
+        decode64(4), head_dim=64, dtype="fp16", causal=False, device=0
+    )
     assert kernel.build.cubin == entry_folder(package, decode64()) / "kernel.cubin"
     assert kernel.config == decode64(4)
     # the family's default for the head dim is packed too here: no config given
-    assert kvcache.decode_kernel(None, head_dim=64, dtype="fp16", causal=False,
-                                 device=0).build.cubin == kernel.build.cubin
+    assert (
+        kvcache.decode_kernel(None, head_dim=64, dtype="fp16", causal=False, device=0).build.cubin
+        == kernel.build.cubin
+    )
 
 
-def test_a_decode_kernel_found_nowhere_says_why(cache_root: Path,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                decode_here: None, no_pack: None) -> None:
+def test_a_decode_kernel_found_nowhere_says_why(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch, decode_here: None, no_pack: None
+) -> None:
     without_nvcc(monkeypatch)
     with pytest.raises(InputError, match="did not build: infrastructure: .*nvcc not found"):
         kvcache.decode_kernel(decode64(), head_dim=64, dtype="fp16", causal=False, device=0)

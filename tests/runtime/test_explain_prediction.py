@@ -22,34 +22,46 @@ PREFILL = Problem(3, 12, 12, 1531, 1531, 64, "fp16", True)
 
 @pytest.fixture
 def decision(tmp_path: Path) -> dispatch_module.Decision:
-    found = Dispatcher(f"sqlite:///{tmp_path}/d.db").would_run(PREFILL, H200,
-                                                                target_for_arch(90))
+    found = Dispatcher(f"sqlite:///{tmp_path}/d.db").would_run(PREFILL, H200, target_for_arch(90))
     assert found.config is not None and found.config.family in ("sm90", "sdpa")
     return found
 
 
-def test_the_prediction_is_shown_beside_the_decision(decision: dispatch_module.Decision
-                                                     ) -> None:
+def test_the_prediction_is_shown_beside_the_decision(decision: dispatch_module.Decision) -> None:
     shown = with_prediction(decision, PREFILL, H200)
     assert shown.predicted is not None and shown.predicted.startswith(
-        "the NVIDIA H200 model (shipped in db/) predicts")
+        "the NVIDIA H200 model (shipped in db/) predicts"
+    )
     assert shown.predicted in shown.describe() and " us (p20-p80 " in shown.predicted
     assert replace(shown, predicted=None) == decision  # the decision itself is unchanged
 
 
 def test_nothing_is_predicted_without_a_model_or_a_known_family(
-        decision: dispatch_module.Decision) -> None:
+    decision: dispatch_module.Decision,
+) -> None:
     assert with_prediction(decision, PREFILL, H100) == decision
-    decode90 = Config.make("decode90", {"head_dim": 128, "dtype": "bf16", "causal": True,
-                                        "block_m": 64, "block_n": 128, "consumer_wgs": 1,
-                                        "kv_stages": 2, "overlap": False, "ctas_per_sm": 1,
-                                        "num_splits": 1})
+    decode90 = Config.make(
+        "decode90",
+        {
+            "head_dim": 128,
+            "dtype": "bf16",
+            "causal": True,
+            "block_m": 64,
+            "block_n": 128,
+            "consumer_wgs": 1,
+            "kv_stages": 2,
+            "overlap": False,
+            "ctas_per_sm": 1,
+            "num_splits": 1,
+        },
+    )
     unknown = replace(decision, config=decode90)
     assert with_prediction(unknown, PREFILL, H200) == unknown
 
 
-def test_a_family_changed_since_the_fit_is_said(decision: dispatch_module.Decision,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_family_changed_since_the_fit_is_said(
+    decision: dispatch_module.Decision, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(dispatch_module, "family_source_hash", lambda space: "changed")
     shown = with_prediction(decision, PREFILL, H200)
     assert shown.predicted is not None and "older version" in shown.predicted

@@ -38,8 +38,15 @@ class Append:
     layout: str
 
     def args(self) -> tuple[Any, ...]:
-        return (self.k_cache, self.v_cache, self.k_new, self.v_new, self.cache_seqlens,
-                self.block_table, self.layout)
+        return (
+            self.k_cache,
+            self.v_cache,
+            self.k_new,
+            self.v_new,
+            self.cache_seqlens,
+            self.block_table,
+            self.layout,
+        )
 
     def clone(self) -> Append:
         """The same append into fresh copies of the buffers (same strides and offsets)."""
@@ -48,9 +55,17 @@ class Append:
         def same_view(buffer: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
             return buffer.as_strided(cache.shape, cache.stride(), cache.storage_offset())
 
-        return Append(k_buffer, v_buffer, same_view(k_buffer, self.k_cache),
-                      same_view(v_buffer, self.v_cache), self.k_new, self.v_new,
-                      self.cache_seqlens, self.block_table, self.layout)
+        return Append(
+            k_buffer,
+            v_buffer,
+            same_view(k_buffer, self.k_cache),
+            same_view(v_buffer, self.v_cache),
+            self.k_new,
+            self.v_new,
+            self.cache_seqlens,
+            self.block_table,
+            self.layout,
+        )
 
 
 def _dims(layout: str, outer: int, heads: int, rows: int, dim: int) -> tuple[int, ...]:
@@ -66,8 +81,11 @@ def _cut(buffer: torch.Tensor, layout: str, how: str, outer: int, rows: int) -> 
     if how == "strided D":
         return buffer[..., ::2]
     row_axis, head_axis = (1, 2) if layout == "blhd" else (2, 1)
-    return (buffer[1:1 + outer].narrow(head_axis, 1, HEADS).narrow(row_axis, 0, rows)
-            [..., 2:2 + HEAD_DIM])
+    return (
+        buffer[1 : 1 + outer]
+        .narrow(head_axis, 1, HEADS)
+        .narrow(row_axis, 0, rows)[..., 2 : 2 + HEAD_DIM]
+    )
 
 
 def _buffer_shape(layout: str, how: str, outer: int, rows: int) -> tuple[int, ...]:
@@ -78,8 +96,9 @@ def _buffer_shape(layout: str, how: str, outer: int, rows: int) -> tuple[int, ..
     return _dims(layout, outer + 2, HEADS + 2, rows + 5, HEAD_DIM + 4)
 
 
-def make_append(layout: str, how: str, page_size: int, new: int,
-                lengths: tuple[int, ...], seed: int = 0) -> Append:
+def make_append(
+    layout: str, how: str, page_size: int, new: int, lengths: tuple[int, ...], seed: int = 0
+) -> Append:
     """An append of `new` rows after `lengths` into NaN caches, contiguous ([B, CAPACITY]) or
     paged (a shuffled block table over spare pages)."""
     gen = torch.Generator().manual_seed(seed)
@@ -88,17 +107,23 @@ def make_append(layout: str, how: str, page_size: int, new: int,
     if page_size:
         per_seq = CAPACITY // page_size
         outer, rows = BATCH * per_seq + 2, page_size  # two pages no table points at
-        order = torch.randperm(outer, generator=gen)[:BATCH * per_seq]
+        order = torch.randperm(outer, generator=gen)[: BATCH * per_seq]
         block_table = order.view(BATCH, per_seq).to(torch.int32)
     shape = _buffer_shape(layout, how, outer, rows)
     k_buffer = torch.full(shape, float("nan"), dtype=torch.float16)
     v_buffer = torch.full(shape, float("nan"), dtype=torch.float16)
     new_shape = _dims(layout, BATCH, HEADS, new, HEAD_DIM)
-    return Append(k_buffer, v_buffer, _cut(k_buffer, layout, how, outer, rows),
-                  _cut(v_buffer, layout, how, outer, rows),
-                  torch.randn(new_shape, generator=gen).half(),
-                  torch.randn(new_shape, generator=gen).half(),
-                  torch.tensor(lengths, dtype=torch.int32), block_table, layout)
+    return Append(
+        k_buffer,
+        v_buffer,
+        _cut(k_buffer, layout, how, outer, rows),
+        _cut(v_buffer, layout, how, outer, rows),
+        torch.randn(new_shape, generator=gen).half(),
+        torch.randn(new_shape, generator=gen).half(),
+        torch.tensor(lengths, dtype=torch.int32),
+        block_table,
+        layout,
+    )
 
 
 def append_row_by_row(x: Append) -> None:
@@ -135,15 +160,15 @@ def _lengths(page_size: int, new: int) -> tuple[int, ...]:
     return (0, edge, CAPACITY - new)
 
 
-CACHES = [("contiguous", 0), ("sliced", 0), ("contiguous", 16), ("sliced", 16),
-          ("contiguous", 64)]
+CACHES = [("contiguous", 0), ("sliced", 0), ("contiguous", 16), ("sliced", 16), ("contiguous", 64)]
 
 
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
 @pytest.mark.parametrize(("how", "page_size"), CACHES)
 @pytest.mark.parametrize("new", [1, 5])
-def test_flat_index_writes_what_a_loop_writes(layout: str, how: str, page_size: int,
-                                              new: int) -> None:
+def test_flat_index_writes_what_a_loop_writes(
+    layout: str, how: str, page_size: int, new: int
+) -> None:
     x = make_append(layout, how, page_size, new, _lengths(page_size, new))
     plan = plan_append(x.k_cache, x.v_cache, x.k_new, x.block_table, layout)
     assert plan.index is not None  # the flat path, not the per-dimension one
@@ -160,8 +185,17 @@ def _pages_not_outermost(layout: str, new: int) -> Append:
         return buffer.permute(swap).contiguous().permute(swap)
 
     k_buffer, v_buffer = interleaved(x.k_buffer), interleaved(x.v_buffer)
-    return Append(k_buffer, v_buffer, k_buffer, v_buffer, x.k_new, x.v_new, x.cache_seqlens,
-                  x.block_table, layout)
+    return Append(
+        k_buffer,
+        v_buffer,
+        k_buffer,
+        v_buffer,
+        x.k_new,
+        x.v_new,
+        x.cache_seqlens,
+        x.block_table,
+        layout,
+    )
 
 
 def _rows_padded_by_less_than_a_row(layout: str, new: int) -> Append:
@@ -169,22 +203,42 @@ def _rows_padded_by_less_than_a_row(layout: str, new: int) -> Append:
     stride divides every stride, so no [rows, D] view holds it."""
     x = make_append(layout, "contiguous", 0, new, _lengths(0, new))
     position = HEADS * HEAD_DIM + 4
-    strides = ((CAPACITY * position, position, HEAD_DIM, 1) if layout == "blhd"
-               else (CAPACITY * position, HEAD_DIM, position, 1))
+    strides = (
+        (CAPACITY * position, position, HEAD_DIM, 1)
+        if layout == "blhd"
+        else (CAPACITY * position, HEAD_DIM, position, 1)
+    )
     k_buffer = torch.full((BATCH * CAPACITY * position,), float("nan"), dtype=torch.float16)
     v_buffer = k_buffer.clone()
     shape = tuple(x.k_cache.shape)
-    return Append(k_buffer, v_buffer, k_buffer.as_strided(shape, strides),
-                  v_buffer.as_strided(shape, strides), x.k_new, x.v_new, x.cache_seqlens,
-                  None, layout)
+    return Append(
+        k_buffer,
+        v_buffer,
+        k_buffer.as_strided(shape, strides),
+        v_buffer.as_strided(shape, strides),
+        x.k_new,
+        x.v_new,
+        x.cache_seqlens,
+        None,
+        layout,
+    )
 
 
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
 @pytest.mark.parametrize("new", [1, 5])
-@pytest.mark.parametrize("case", ["strided D", "strided D paged", "pages not outermost",
-                                  "K and V strides differ", "rows padded by less than a row"])
-def test_caches_no_rows_view_covers_take_the_per_dimension_path(layout: str, new: int,
-                                                                 case: str) -> None:
+@pytest.mark.parametrize(
+    "case",
+    [
+        "strided D",
+        "strided D paged",
+        "pages not outermost",
+        "K and V strides differ",
+        "rows padded by less than a row",
+    ],
+)
+def test_caches_no_rows_view_covers_take_the_per_dimension_path(
+    layout: str, new: int, case: str
+) -> None:
     if case == "pages not outermost":
         x = _pages_not_outermost(layout, new)
     elif case == "rows padded by less than a row":
@@ -216,8 +270,9 @@ def test_a_plan_made_per_call_writes_the_same() -> None:
 
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
 @pytest.mark.parametrize(("how", "page_size"), CACHES)
-def test_a_position_past_the_capacity_raises_before_writing(layout: str, how: str,
-                                                            page_size: int) -> None:
+def test_a_position_past_the_capacity_raises_before_writing(
+    layout: str, how: str, page_size: int
+) -> None:
     # Contiguous: one row past sequence 0's capacity is row 0 of its next head ("bhld") or
     # of sequence 1 ("blhd") in a flat index, and a row the buffer holds when sliced.
     x = make_append(layout, how, page_size, 2, (CAPACITY - 1, 0, 5))
@@ -232,8 +287,11 @@ def test_a_position_past_the_capacity_raises_before_writing(layout: str, how: st
 def test_a_page_id_outside_the_cache_raises(layout: str, page: int | str) -> None:
     # Interleaved pages take the per-dimension path; its index_put_ wraps a negative id, as
     # it always did, so only the flat path is asked to refuse -1.
-    x = (_pages_not_outermost(layout, 1) if page == "past interleaved pages"
-         else make_append(layout, "sliced", 16, 1, (0, 5, 17)))
+    x = (
+        _pages_not_outermost(layout, 1)
+        if page == "past interleaved pages"
+        else make_append(layout, "sliced", 16, 1, (0, 5, 17))
+    )
     assert x.block_table is not None
     pages = logical_bhld(x.k_cache, layout).shape[0]
     x.block_table[2, 1] = pages if isinstance(page, str) else page
@@ -251,8 +309,7 @@ class _OpCounter(TorchDispatchMode):
         super().__init__()
         self.ops: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops[str(func)] += 1
         return func(*args, **(kwargs or {}))
 
@@ -280,8 +337,12 @@ def test_an_append_dispatches_few_ops(layout: str, page_size: int) -> None:
     assert sum(flat.values()) <= MOST_OPS[page_size] < sum(by_dimension.values()), flat
     assert flat["aten.index_copy_.default"] == 2 and "aten.index_put_.default" not in flat
     # nothing the host would wait for, nothing per call that a plan holds
-    for op in ("aten._local_scalar_dense.default", "aten.nonzero.default",
-               "aten.arange.default", "aten._to_copy.default"):
+    for op in (
+        "aten._local_scalar_dense.default",
+        "aten.nonzero.default",
+        "aten.arange.default",
+        "aten._to_copy.default",
+    ):
         assert op not in flat
 
 

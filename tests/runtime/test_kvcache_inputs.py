@@ -17,14 +17,31 @@ from autotune.runtime.kvcache import _append, _check, attention_with_kvcache
 @pytest.mark.parametrize("layout", ["blhd", "bhld"])
 @pytest.mark.parametrize("page_size", [0, 8])
 def test_append_writes_at_each_sequence_end(layout: str, page_size: int) -> None:
-    case = KVCase.make(batch=3, heads_q=4, heads_kv=2, seqlen_q=1, capacity=32,
-                       lengths=(2, 20, 32), head_dim=16, dtype="fp16", page_size=page_size,
-                       layout=layout, new=2)
+    case = KVCase.make(
+        batch=3,
+        heads_q=4,
+        heads_kv=2,
+        seqlen_q=1,
+        capacity=32,
+        lengths=(2, 20, 32),
+        head_dim=16,
+        dtype="fp16",
+        page_size=page_size,
+        layout=layout,
+        new=2,
+    )
     inputs = make_kv_inputs(case, "cpu", 1)
     assert inputs.cache_seqlens is not None and inputs.k_new is not None
     assert inputs.v_new is not None
-    lengths = _append(inputs.k_cache, inputs.v_cache, inputs.k_new, inputs.v_new,
-                      inputs.cache_seqlens, inputs.block_table, layout)
+    lengths = _append(
+        inputs.k_cache,
+        inputs.v_cache,
+        inputs.k_new,
+        inputs.v_new,
+        inputs.cache_seqlens,
+        inputs.block_table,
+        layout,
+    )
     assert lengths.dtype == torch.int32 and lengths.tolist() == [2, 20, 32]
     from autotune.measure.reference import gather_kv_cache
 
@@ -32,13 +49,22 @@ def test_append_writes_at_each_sequence_end(layout: str, page_size: int) -> None
         for cache, new in ((inputs.k_cache, inputs.k_new), (inputs.v_cache, inputs.v_new)):
             rows = gather_kv_cache(cache, b, n, block_table=inputs.block_table, layout=layout)
             expect = (new if layout == "bhld" else new.transpose(1, 2))[b]
-            assert torch.equal(rows[0, :, n - 2:n], expect)  # the new rows, at the end
+            assert torch.equal(rows[0, :, n - 2 : n], expect)  # the new rows, at the end
             assert not torch.isnan(rows).any()  # and everything before them was held
 
 
 def test_bad_inputs_name_the_argument() -> None:
-    case = KVCase.make(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16, lengths=(3, 4),
-                       head_dim=16, dtype="fp16", page_size=8)
+    case = KVCase.make(
+        batch=2,
+        heads_q=4,
+        heads_kv=2,
+        seqlen_q=1,
+        capacity=16,
+        lengths=(3, 4),
+        head_dim=16,
+        dtype="fp16",
+        page_size=8,
+    )
     x = make_kv_inputs(case, "cpu", 2)
     cases = {
         "cache_seqlens": dict(cache_seqlens=torch.tensor([3, 4])),  # int64
@@ -47,14 +73,27 @@ def test_bad_inputs_name_the_argument() -> None:
         "layout": dict(layout="bshd"),
     }
     for needle, changes in cases.items():
-        args = dict(k_new=None, v_new=None, cache_seqlens=x.cache_seqlens,
-                    block_table=x.block_table, layout="blhd")
+        args = dict(
+            k_new=None,
+            v_new=None,
+            cache_seqlens=x.cache_seqlens,
+            block_table=x.block_table,
+            layout="blhd",
+        )
         args.update(changes)
         with pytest.raises(InputError, match=needle):
             _check(x.q, x.k_cache, x.v_cache, **args)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="power of two"):
-        _check(x.q, x.k_cache[:, :6], x.v_cache[:, :6], None, None, x.cache_seqlens,
-               x.block_table, "blhd")
+        _check(
+            x.q,
+            x.k_cache[:, :6],
+            x.v_cache[:, :6],
+            None,
+            None,
+            x.cache_seqlens,
+            x.block_table,
+            "blhd",
+        )
 
 
 def test_the_custom_op_gives_shapes_without_running() -> None:
@@ -68,13 +107,15 @@ def test_the_custom_op_gives_shapes_without_running() -> None:
         table = torch.empty(2, 5, dtype=torch.int32)
         lengths = torch.empty(2, dtype=torch.int32)
         out, lse = torch.ops.cute_autotune.attention_with_kvcache(
-            q, k, k, None, None, lengths, table, True, None, True, "blhd", None, None)
+            q, k, k, None, None, lengths, table, True, None, True, "blhd", None, None
+        )
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
 
 
-def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tuned_decode_config_comes_from_the_database(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """attention_with_kvcache's config for a cache shape: the fastest measured decode config of
     the problem (not a faster config of another family, which cannot read a KV cache), else the
     nearest tuned problem's decode best, else none (the family's default); one database visit
@@ -94,15 +135,37 @@ def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
     decode = load_space("decode")
 
     def config(block_n: int, splits: int) -> Any:
-        return decode.config(**problem.space_values(), block_m=16, block_n=block_n, num_warps=4,
-                             kv_stages=3, pack_gqa=True, num_splits=splits)
+        return decode.config(
+            **problem.space_values(),
+            block_m=16,
+            block_n=block_n,
+            num_warps=4,
+            kv_stages=3,
+            pack_gqa=True,
+            num_splits=splits,
+        )
 
     sdpa = load_space("sdpa").heuristic(problem.space_values())
     for cfg, us in ((config(64, 2), 260.0), (config(128, 4), 300.0), (sdpa, 250.0)):
-        store.record_trial(h200, problem, TrialResult(cfg, "ok", median_us=us), build=None,
-                           study="s", phase="rerank", baseline_us=250.0)
-    store.set_best(h200, problem, TrialResult(sdpa, "ok", median_us=250.0), measurement_id=None,
-                   study="s", trials=3, sdpa_default_us=250.0, sdpa_flash_us=None)
+        store.record_trial(
+            h200,
+            problem,
+            TrialResult(cfg, "ok", median_us=us),
+            build=None,
+            study="s",
+            phase="rerank",
+            baseline_us=250.0,
+        )
+    store.set_best(
+        h200,
+        problem,
+        TrialResult(sdpa, "ok", median_us=250.0),
+        measurement_id=None,
+        study="s",
+        trials=3,
+        sdpa_default_us=250.0,
+        sdpa_flash_us=None,
+    )
     d = Dispatcher(db)
     d._identify = lambda index: (h200, None)  # type: ignore[method-assign,assignment,return-value]
     found = d.tuned_config(problem, 0, "decode")
@@ -113,18 +176,38 @@ def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
     other = Problem(1, 32, 8, 1, 32768, 128, "bf16", False)
     assert d.tuned_config(other, 0, "decode") is None
     # once a neighbour's best is a decode config, it is the answer
-    store.set_best(h200, Problem(2, 32, 8, 1, 32768, 128, "bf16", False),
-                   TrialResult(config(128, 16), "ok", median_us=90.0), measurement_id=None,
-                   study="s", trials=3, sdpa_default_us=100.0, sdpa_flash_us=None)
+    store.set_best(
+        h200,
+        Problem(2, 32, 8, 1, 32768, 128, "bf16", False),
+        TrialResult(config(128, 16), "ok", median_us=90.0),
+        measurement_id=None,
+        study="s",
+        trials=3,
+        sdpa_default_us=100.0,
+        sdpa_flash_us=None,
+    )
     d.clear()
     near = d.tuned_config(other, 0, "decode")
     assert near is not None and near[0] == config(128, 16) and "nearest" in near[1]
     # several families (the split-KV ones that read a cache kind): the fastest of any of them
     decode90 = load_space("decode90").config(
-        **problem.space_values(), block_m=64, block_n=128, consumer_wgs=1, kv_stages=3,
-        overlap=True, num_splits=2)
-    store.record_trial(h200, problem, TrialResult(decode90, "ok", median_us=240.0), build=None,
-                       study="s90", phase="rerank", baseline_us=250.0)
+        **problem.space_values(),
+        block_m=64,
+        block_n=128,
+        consumer_wgs=1,
+        kv_stages=3,
+        overlap=True,
+        num_splits=2,
+    )
+    store.record_trial(
+        h200,
+        problem,
+        TrialResult(decode90, "ok", median_us=240.0),
+        build=None,
+        study="s90",
+        phase="rerank",
+        baseline_us=250.0,
+    )
     d.clear()
     assert d.tuned_config(problem, 0, "decode") == found
     both = d.tuned_config(problem, 0, ("decode", "decode90"))
@@ -133,7 +216,8 @@ def test_the_tuned_decode_config_comes_from_the_database(tmp_path: Any,
 
 
 def test_configure_makes_the_kernel_choice_again_and_lets_the_old_dispatcher_go(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The per-problem kernel choice of attention_with_kvcache (and its prepared launches) is
     made again under a new dispatcher, and its memo holds no reference that would keep the old
     dispatcher (and its database engine) alive."""
@@ -147,9 +231,14 @@ def test_configure_makes_the_kernel_choice_again_and_lets_the_old_dispatcher_go(
 
     made: list[Any] = []
     monkeypatch.setattr(kvcache, "decode_choice", lambda problem, device: None)
-    monkeypatch.setattr(kvcache, "decode_kernel", lambda config, **kw: made.append(1)
-                        or SimpleNamespace(num_splits=1, pack_gqa=True, block_m=16,
-                                           block_n=64, device=0))
+    monkeypatch.setattr(
+        kvcache,
+        "decode_kernel",
+        lambda config, **kw: (
+            made.append(1)
+            or SimpleNamespace(num_splits=1, pack_gqa=True, block_m=16, block_n=64, device=0)
+        ),
+    )
     monkeypatch.setattr(kvcache, "_sm_count", lambda device: 132)
     problem = Problem(1, 32, 8, 1, 8192, 128, "bf16", False)
     attention_module.configure(db=f"sqlite:///{tmp_path}/a.db", use_shipped=False)
@@ -171,8 +260,9 @@ def test_configure_makes_the_kernel_choice_again_and_lets_the_old_dispatcher_go(
 @pytest.mark.parametrize("page_size", [0, 8])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("new", [0, 2])
-def test_the_cpu_computes_through_torch(layout: str, page_size: int, causal: bool,
-                                        new: int) -> None:
+def test_the_cpu_computes_through_torch(
+    layout: str, page_size: int, causal: bool, new: int
+) -> None:
     """CPU tensors (and fp32) are computed through torch with the kernels' contract (issue 40
     item 4): the append, per-sequence lengths (an empty one: O = 0, LSE = -inf), paged caches,
     bottom-right causal alignment, NaN-poisoned rows past the lengths never reaching the
@@ -181,22 +271,48 @@ def test_the_cpu_computes_through_torch(layout: str, page_size: int, causal: boo
 
     from autotune.measure.reference import reference_with_kvcache
 
-    case = KVCase.make(batch=3, heads_q=4, heads_kv=2, seqlen_q=3, capacity=32,
-                       lengths=(new, 20, 32), head_dim=16, dtype="bf16", page_size=page_size,
-                       layout=layout, new=new, causal=causal)
+    case = KVCase.make(
+        batch=3,
+        heads_q=4,
+        heads_kv=2,
+        seqlen_q=3,
+        capacity=32,
+        lengths=(new, 20, 32),
+        head_dim=16,
+        dtype="bf16",
+        page_size=page_size,
+        layout=layout,
+        new=new,
+        causal=causal,
+    )
     x = make_kv_inputs(case, "cpu", 3)
     after = None
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         out, lse = attention_with_kvcache(
-            x.q, x.k_cache, x.v_cache, k_new=x.k_new, v_new=x.v_new,
-            cache_seqlens=x.cache_seqlens, block_table=x.block_table, causal=causal,
-            return_lse=True, layout=layout)
+            x.q,
+            x.k_cache,
+            x.v_cache,
+            k_new=x.k_new,
+            v_new=x.v_new,
+            cache_seqlens=x.cache_seqlens,
+            block_table=x.block_table,
+            causal=causal,
+            return_lse=True,
+            layout=layout,
+        )
     assert x.cache_seqlens is not None
     after = x.cache_seqlens + new
-    want, want_lse = reference_with_kvcache(x.q, x.k_cache, x.v_cache, cache_seqlens=after,
-                                            block_table=x.block_table, causal=causal,
-                                            scale=16 ** -0.5, layout=layout)
+    want, want_lse = reference_with_kvcache(
+        x.q,
+        x.k_cache,
+        x.v_cache,
+        cache_seqlens=after,
+        block_table=x.block_table,
+        causal=causal,
+        scale=16**-0.5,
+        layout=layout,
+    )
     got = out if layout == "bhld" else out.transpose(1, 2)
     assert out.dtype == x.q.dtype and out.shape == x.q.shape
     torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
@@ -212,8 +328,16 @@ def test_fp32_and_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(kvcache, "_warned", set())  # said once per reason and process
 
-    case = KVCase.make(batch=2, heads_q=4, heads_kv=2, seqlen_q=1, capacity=16,
-                       lengths=(3, 16), head_dim=16, dtype="fp16")
+    case = KVCase.make(
+        batch=2,
+        heads_q=4,
+        heads_kv=2,
+        seqlen_q=1,
+        capacity=16,
+        lengths=(3, 16),
+        head_dim=16,
+        dtype="fp16",
+    )
     x = make_kv_inputs(case, "cpu", 4)
     q, k, v = (t.float() for t in (x.q, x.k_cache, x.v_cache))
     with pytest.warns(UserWarning, match="computed by torch"):

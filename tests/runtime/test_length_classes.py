@@ -54,8 +54,9 @@ def test_a_representative_keeps_what_torch_and_the_mask_depend_on() -> None:
         lk = rng.choice([lq, lq + 1, max(1, lq - 1), rng.randint(1, 40_000)])
         page = rng.choice([0, 16, 64])
         lk = max(page, lk // page * page) if page else lk
-        problem = Problem(2, 16, 4, lq, lk, 128, "fp16", rng.random() < 0.5,
-                          f"paged{page}" if page else "dense")
+        problem = Problem(
+            2, 16, 4, lq, lk, 128, "fp16", rng.random() < 0.5, f"paged{page}" if page else "dense"
+        )
         rep = representative(problem)
         assert (rep.seqlen_q > rep.seqlen_k) == (lq > lk), (problem, rep)
         assert (rep.seqlen_q == rep.seqlen_k) == (lq == lk), (problem, rep)
@@ -86,7 +87,8 @@ def _counting(d: Dispatcher) -> list[Problem]:
 
 
 def test_a_growing_kv_cache_makes_a_decision_per_class_not_per_step(
-        dispatcher: Dispatcher) -> None:
+    dispatcher: Dispatcher,
+) -> None:
     tuned_at = Problem(1, 32, 8, 1, 8192, 128, "bf16", True)
     config = tuned(dispatcher.db, tuned_at, 30.0)
     decided = _counting(dispatcher)
@@ -104,7 +106,8 @@ def test_a_growing_kv_cache_makes_a_decision_per_class_not_per_step(
 
 
 def test_a_class_whose_representative_is_tuned_is_nearest_for_the_others(
-        dispatcher: Dispatcher) -> None:
+    dispatcher: Dispatcher,
+) -> None:
     asked = Problem(1, 32, 8, 1, 5000, 128, "bf16", True)
     rep = representative(asked)
     tuned(dispatcher.db, rep, 30.0)
@@ -116,7 +119,8 @@ def test_a_class_whose_representative_is_tuned_is_nearest_for_the_others(
 
 
 def test_the_memos_keep_the_most_recently_used_only(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(dispatch_module, "MEMO_SIZE", 8)
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
     d = Dispatcher(f"sqlite:///{tmp_path}/user.db", untuned="kernel")
@@ -146,7 +150,8 @@ def test_lru_dict() -> None:
 
 
 def test_every_shipped_problem_is_still_decided_as_itself(
-        dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The change keeps db/'s decisions: each shipped problem is tuned, so it is decided as
     itself (exact), with the stored config, whatever its length class."""
     real = [json.loads(p.read_text()) for p in shipped_results_files()]
@@ -160,4 +165,5 @@ def test_every_shipped_problem_is_still_decided_as_itself(
         decision = dispatcher.decide(problem, 0)
         assert decision.path == "exact", (problem, decision.describe())
         assert decision.config is not None and dict(decision.config.values) == {
-            k: v for k, v in entry["config"].items() if k != "family"}
+            k: v for k, v in entry["config"].items() if k != "family"
+        }

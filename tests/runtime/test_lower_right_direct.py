@@ -20,10 +20,15 @@ from autotune.runtime.attention import _SdpaRun
 
 def _inputs(problem: Problem, layout: str) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(5)
-    q = torch.randn(problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim,
-                    generator=gen)
-    k, v = (torch.randn(problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim,
-                        generator=gen) for _ in range(2))
+    q = torch.randn(
+        problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim, generator=gen
+    )
+    k, v = (
+        torch.randn(
+            problem.batch, problem.heads_kv, problem.seqlen_k, problem.head_dim, generator=gen
+        )
+        for _ in range(2)
+    )
     return (q, k, v) if layout == "bhld" else tuple(t.transpose(1, 2) for t in (q, k, v))
 
 
@@ -36,14 +41,16 @@ def test_cpu_inputs_take_no_direct_op() -> None:
 
 
 @pytest.mark.parametrize("layout", ["bhld", "blhd"])
-def test_direct_op_runs_while_the_switches_hold(monkeypatch: pytest.MonkeyPatch,
-                                               layout: str) -> None:
+def test_direct_op_runs_while_the_switches_hold(
+    monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
     seen: list[tuple[int, ...]] = []
 
     def direct(q: Any, k: Any, v: Any) -> Any:  # stands for the aten op (a CUDA one)
         seen.append(tuple(q.shape))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(
-            q.shape[2], k.shape[2]), enable_gqa=True)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_lower_right(q.shape[2], k.shape[2]), enable_gqa=True
+        )
 
     def resolve(backend: str, q: Any, k: Any, v: Any, *, scale: Any, enable_gqa: bool) -> Any:
         assert q.shape[1:3] == (PROBLEM.heads_q, PROBLEM.seqlen_q)  # resolved on [B, H, L, D]
@@ -73,8 +80,9 @@ def test_direct_op_runs_while_the_switches_hold(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.parametrize("lq, lk, causal", [(1, 40, True), (16, 16, True), (5, 23, False)])
-def test_other_calls_never_resolve_a_direct_op(monkeypatch: pytest.MonkeyPatch, lq: int,
-                                                lk: int, causal: bool) -> None:
+def test_other_calls_never_resolve_a_direct_op(
+    monkeypatch: pytest.MonkeyPatch, lq: int, lk: int, causal: bool
+) -> None:
     def resolve(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("only causal 1 < Lq != Lk calls carry the lower-right bias")
 
@@ -103,11 +111,19 @@ def test_a_growing_cache_resolves_once(monkeypatch: pytest.MonkeyPatch) -> None:
     q = torch.randn(2, 8, 4, 64)
     for length in (100, 101, 102, 640):
         k = torch.randn(2, 2, length, 64)
-        assert sdpa_module.lower_right_call("default", q, k, k, scale=None,
-                                            enable_gqa=True) is None
+        assert (
+            sdpa_module.lower_right_call("default", q, k, k, scale=None, enable_gqa=True) is None
+        )
     assert len(asked) == 2  # flash, then efficient, once
-    sdpa_module.lower_right_call("default", q, torch.randn(2, 4, 100, 64),
-                                 torch.randn(2, 4, 100, 64), scale=None, enable_gqa=True)
-    sdpa_module.lower_right_call("default", q.half(), k.half(), k.half(), scale=None,
-                                 enable_gqa=True)
+    sdpa_module.lower_right_call(
+        "default",
+        q,
+        torch.randn(2, 4, 100, 64),
+        torch.randn(2, 4, 100, 64),
+        scale=None,
+        enable_gqa=True,
+    )
+    sdpa_module.lower_right_call(
+        "default", q.half(), k.half(), k.half(), scale=None, enable_gqa=True
+    )
     assert len(asked) == 6

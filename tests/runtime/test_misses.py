@@ -87,8 +87,9 @@ def counts(store: TuningStore) -> dict[tuple[str, Problem, str], int]:
 # -- the recorder -------------------------------------------------------------------------------
 
 
-def test_flush_writes_the_delta_once(recorder: MissRecorder, counting: CountingStore,
-                                     store: TuningStore) -> None:
+def test_flush_writes_the_delta_once(
+    recorder: MissRecorder, counting: CountingStore, store: TuningStore
+) -> None:
     miss = recorder.miss(H200, P, "nearest")
     assert miss is not None and miss.calls == 0  # miss() counts nothing itself
     assert recorder.miss(OTHER_DRIVER, P, "nearest") is miss  # the same GPU model
@@ -105,8 +106,9 @@ def test_flush_writes_the_delta_once(recorder: MissRecorder, counting: CountingS
     assert counts(store) == {("NVIDIA H200", P, "nearest"): 1005}
 
 
-def test_one_flush_is_one_store_call(recorder: MissRecorder, counting: CountingStore,
-                                     store: TuningStore) -> None:
+def test_one_flush_is_one_store_call(
+    recorder: MissRecorder, counting: CountingStore, store: TuningStore
+) -> None:
     keys = [(H200, P, "nearest"), (H200, Q, "heuristic"), (A100, P, "sdpa")]
     for n, key in enumerate(keys, start=1):
         miss = recorder.miss(*key)
@@ -115,13 +117,19 @@ def test_one_flush_is_one_store_call(recorder: MissRecorder, counting: CountingS
             miss.calls += 1
     assert recorder.flush() == 3
     assert len(counting.writes) == 1 and len(counting.writes[0]) == 3
-    assert counts(store) == {("NVIDIA H200", P, "nearest"): 100,
-                             ("NVIDIA H200", Q, "heuristic"): 200,
-                             ("NVIDIA A100-SXM4-80GB", P, "sdpa"): 300}
+    assert counts(store) == {
+        ("NVIDIA H200", P, "nearest"): 100,
+        ("NVIDIA H200", Q, "heuristic"): 200,
+        ("NVIDIA A100-SXM4-80GB", P, "sdpa"): 300,
+    }
 
 
-def test_recording_off(monkeypatch: pytest.MonkeyPatch, recorder: MissRecorder,
-                       counting: CountingStore, store: TuningStore) -> None:
+def test_recording_off(
+    monkeypatch: pytest.MonkeyPatch,
+    recorder: MissRecorder,
+    counting: CountingStore,
+    store: TuningStore,
+) -> None:
     monkeypatch.setenv(ENV, "0")
     assert recorder.miss(H200, P, "nearest") is None
     assert recorder.flush() == 0 and counting.writes == [] and store.list_misses() == []
@@ -152,8 +160,9 @@ def test_the_thread_flushes_within_the_interval(store: TuningStore) -> None:
     assert recorder._thread is None
 
 
-def test_one_thread_and_one_atexit_hook(monkeypatch: pytest.MonkeyPatch,
-                                        counting: CountingStore) -> None:
+def test_one_thread_and_one_atexit_hook(
+    monkeypatch: pytest.MonkeyPatch, counting: CountingStore
+) -> None:
     registered: list[Callable[[], None]] = []
     unregistered: list[Callable[[], None]] = []
     monkeypatch.setattr(atexit, "register", registered.append)
@@ -173,9 +182,12 @@ def test_one_thread_and_one_atexit_hook(monkeypatch: pytest.MonkeyPatch,
     assert unregistered == registered and not thread.is_alive()
 
 
-def test_a_database_error_keeps_the_counts(recorder: MissRecorder, counting: CountingStore,
-                                           store: TuningStore,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_database_error_keeps_the_counts(
+    recorder: MissRecorder,
+    counting: CountingStore,
+    store: TuningStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     miss = recorder.miss(H200, P, "nearest")
     assert miss is not None
     miss.calls += 10
@@ -235,8 +247,15 @@ def test_two_processes_add_up(tmp_path: Path) -> None:
 
 
 def test_upsert_keeps_the_earliest_and_latest_times(store: TuningStore) -> None:
-    assert store.add_misses([(H200, P, "nearest", 2, T0, T0 + timedelta(hours=1)),
-                             (OTHER_DRIVER, P, "nearest", 3, T0, T0)]) == 1  # merged
+    assert (
+        store.add_misses(
+            [
+                (H200, P, "nearest", 2, T0, T0 + timedelta(hours=1)),
+                (OTHER_DRIVER, P, "nearest", 3, T0, T0),
+            ]
+        )
+        == 1
+    )  # merged
     naive = (T0 - timedelta(days=1)).replace(tzinfo=None)  # naive is UTC
     assert store.add_misses([(H200, P, "nearest", 5, naive, T0 + timedelta(minutes=1))]) == 1
     [record] = store.list_misses()
@@ -249,15 +268,26 @@ def test_upsert_keeps_the_earliest_and_latest_times(store: TuningStore) -> None:
 
 
 def test_list_misses_most_frequent_first(store: TuningStore) -> None:
-    store.add_misses([(H200, P, "nearest", 5, T0, T0), (H200, Q, "heuristic", 50, T0, T0),
-                      (H200, P, "sdpa", 7, T0, T0), (A100, Q, "fallback", 20, T0, T0)])
+    store.add_misses(
+        [
+            (H200, P, "nearest", 5, T0, T0),
+            (H200, Q, "heuristic", 50, T0, T0),
+            (H200, P, "sdpa", 7, T0, T0),
+            (A100, Q, "fallback", 20, T0, T0),
+        ]
+    )
     assert [(m.count, m.path) for m in store.list_misses()] == [
-        (50, "heuristic"), (20, "fallback"), (7, "sdpa"), (5, "nearest")]
+        (50, "heuristic"),
+        (20, "fallback"),
+        (7, "sdpa"),
+        (5, "nearest"),
+    ]
     assert [m.count for m in store.list_misses(H200)] == [50, 7, 5]
     assert [m.count for m in store.list_misses("NVIDIA A100-SXM4-80GB")] == [20]
     assert [m.count for m in store.list_misses(limit=2)] == [50, 20]
     assert store.list_misses(H200, limit=1)[0] == MissRecord(
-        "NVIDIA H200", 90, 132, Q, "heuristic", 50, T0.isoformat(), T0.isoformat())
+        "NVIDIA H200", 90, 132, Q, "heuristic", 50, T0.isoformat(), T0.isoformat()
+    )
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -294,8 +324,12 @@ def test_an_insert_that_loses_a_race_is_retried(url: str) -> None:
                 waiting.append(threading.Thread(target=their_insert))
                 waiting[0].start()
 
-    assert mine.add_misses([(H200, Q, "nearest", 1, T0 + timedelta(hours=1),
-                             T0 + timedelta(hours=1))]) == 1
+    assert (
+        mine.add_misses(
+            [(H200, Q, "nearest", 1, T0 + timedelta(hours=1), T0 + timedelta(hours=1))]
+        )
+        == 1
+    )
     for thread in waiting:
         thread.join(timeout=60)
     assert raced
@@ -315,12 +349,16 @@ def test_upsert_accumulates(url: str) -> None:
 # -- the commands -------------------------------------------------------------------------------
 
 
-def test_cli_misses_table_and_json(store: TuningStore,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_misses_table_and_json(store: TuningStore, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["misses", "--db", store.url]) == 0
     assert capsys.readouterr().out.startswith("no runtime misses recorded in ")
-    store.add_misses([(H200, P, "nearest", 5, T0, T0), (H200, Q, "heuristic", 50, T0, T0),
-                      (A100, Q, "fallback", 20, T0, T0)])
+    store.add_misses(
+        [
+            (H200, P, "nearest", 5, T0, T0),
+            (H200, Q, "heuristic", 50, T0, T0),
+            (A100, Q, "fallback", 20, T0, T0),
+        ]
+    )
     assert main(["misses", "--db", store.url]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["count", "path", "problem", "device", "last", "seen", "(UTC)"]
@@ -328,15 +366,17 @@ def test_cli_misses_table_and_json(store: TuningStore,
     assert "2025-01-01 12:00:00" in lines[2]
     assert lines[3].startswith("20") and lines[4].startswith("5 ") and P.describe() in lines[4]
     assert "3 misses (75 calls)" in lines[-1]
-    assert main(["misses", "--db", store.url, "--device", "NVIDIA H200", "--top", "1",
-                 "--json"]) == 0
+    assert (
+        main(["misses", "--db", store.url, "--device", "NVIDIA H200", "--top", "1", "--json"]) == 0
+    )
     [only] = json.loads(capsys.readouterr().out)
     assert only["count"] == 50 and only["path"] == "heuristic"
     assert Problem(**only["problem"]) == Q and only["sm_count"] == 132
 
 
-def test_cli_misses_needs_an_existing_database(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_misses_needs_an_existing_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["misses", "--db", f"sqlite:///{tmp_path}/none.db"]) == 2
     assert "no tuning database" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
@@ -346,8 +386,13 @@ def test_cli_misses_needs_an_existing_database(tmp_path: Path,
 def recorded() -> tuple[DeviceInfo, list[Problem]]:
     data = json.loads(RECORDING.read_text())
     dev = data["device"]
-    device = DeviceInfo(dev["name"], dev["compute_capability"], dev["sm_count"],
-                        dev["driver_version"], dev["cuda_version"])
+    device = DeviceInfo(
+        dev["name"],
+        dev["compute_capability"],
+        dev["sm_count"],
+        dev["driver_version"],
+        dev["cuda_version"],
+    )
     return device, [Problem(**shape["problem"]) for shape in data["shapes"]]
 
 
@@ -359,22 +404,39 @@ def tuned_in(table: str, candidates: Sequence[Problem]) -> list[Problem]:
 
 
 def tune_misses(db: str, *extra: str) -> int:
-    return main(["tune", "--misses", *extra, "--trials", "3", "--replay", str(RECORDING),
-                 "--db", db, "--quiet"])
+    return main(
+        [
+            "tune",
+            "--misses",
+            *extra,
+            "--trials",
+            "3",
+            "--replay",
+            str(RECORDING),
+            "--db",
+            db,
+            "--quiet",
+        ]
+    )
 
 
 def test_cli_tune_misses_tunes_the_most_frequent(
-        store: TuningStore, recorded: tuple[DeviceInfo, list[Problem]],
-        capsys: pytest.CaptureFixture[str]) -> None:
+    store: TuningStore,
+    recorded: tuple[DeviceInfo, list[Problem]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     device, problems = recorded
     first, second, third = problems[:3]
     other_gpu = Problem(8, 8, 8, 1024, 1024, 64, "fp16", False)  # not in the recording
-    store.add_misses([
-        (device, first, "sdpa", 50, T0, T0), (device, first, "nearest", 3, T0, T0),  # 53
-        (device, second, "heuristic", 52, T0, T0),
-        (device, third, "nearest", 10, T0, T0),
-        (A100, other_gpu, "nearest", 10_000, T0, T0),  # another GPU's miss: not this one's
-    ])
+    store.add_misses(
+        [
+            (device, first, "sdpa", 50, T0, T0),
+            (device, first, "nearest", 3, T0, T0),  # 53
+            (device, second, "heuristic", 52, T0, T0),
+            (device, third, "nearest", 10, T0, T0),
+            (A100, other_gpu, "nearest", 10_000, T0, T0),  # another GPU's miss: not this one's
+        ]
+    )
     assert tune_misses(store.url, "--top", "1") == 0
     assert tuned_in(capsys.readouterr().out, problems) == [first]
     assert [p for p in problems if store.best(device, p)] == [first]
@@ -386,14 +448,30 @@ def test_cli_tune_misses_tunes_the_most_frequent(
 
 
 def test_cli_tune_misses_is_one_way_of_naming_problems(
-        store: TuningStore, capsys: pytest.CaptureFixture[str]) -> None:
+    store: TuningStore, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert tune_misses(store.url, "--shapes", "llm") == 2
     assert "drop --shapes" in capsys.readouterr().err
     assert tune_misses(store.url, "--heads-q", "16", "--seqlen-q", "512") == 2
     assert "drop --heads-q, --seqlen-q" in capsys.readouterr().err
-    assert main(["tune", "--top", "3", "--heads-q", "16", "--seqlen-q", "512",
-                 "--head-dim", "64", "--db", store.url]) == 2
+    assert (
+        main(
+            [
+                "tune",
+                "--top",
+                "3",
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "512",
+                "--head-dim",
+                "64",
+                "--db",
+                store.url,
+            ]
+        )
+        == 2
+    )
     assert "--top goes with --misses" in capsys.readouterr().err
     assert tune_misses(store.url) == 0  # nothing recorded: nothing to do
     assert "nothing to tune" in capsys.readouterr().out
-

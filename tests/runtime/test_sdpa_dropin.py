@@ -18,8 +18,16 @@ from autotune.runtime import sdpa_dropin
 from autotune.runtime.sdpa_dropin import TORCH, sdpa_route
 
 
-def qkv(lq: int = 8, lk: int = 8, hq: int = 4, hkv: int = 4, d: int = 64, *,
-        dtype: torch.dtype = torch.float32, grad: bool = False) -> tuple[torch.Tensor, ...]:
+def qkv(
+    lq: int = 8,
+    lk: int = 8,
+    hq: int = 4,
+    hkv: int = 4,
+    d: int = 64,
+    *,
+    dtype: torch.dtype = torch.float32,
+    grad: bool = False,
+) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(lq * 131 + lk * 7 + hq + hkv)
     q = torch.randn(2, hq, lq, d, generator=gen, dtype=dtype)
     k = torch.randn(2, hkv, lk, d, generator=gen, dtype=dtype)
@@ -33,8 +41,15 @@ def tuned_path(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     causal alignment (what `attention` computes) so that a wrongly routed call shows."""
     calls: list[dict[str, Any]] = []
 
-    def fake_tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                   scale: float | None, unsupported: Any) -> torch.Tensor:
+    def fake_tuned(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool,
+        scale: float | None,
+        unsupported: Any,
+    ) -> torch.Tensor:
         calls.append({"causal": causal, "scale": scale})
         mask = None
         if causal:
@@ -48,16 +63,20 @@ def tuned_path(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
-@pytest.mark.parametrize("kwargs, reason", [
-    ({"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "attention mask"),
-    ({"dropout_p": 0.1}, "dropout_p=0.1"),
-    ({"is_causal": 1}, "is not a bool"),
-    ({"scale": float("nan")}, "finite scale"),
-    ({"scale": -1.0}, "finite scale"),
-    ({"scale": True}, "finite scale"),
-])
-def test_what_the_kernels_do_not_compute_goes_to_torch(kwargs: dict[str, Any],
-                                                       reason: str) -> None:
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        ({"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "attention mask"),
+        ({"dropout_p": 0.1}, "dropout_p=0.1"),
+        ({"is_causal": 1}, "is not a bool"),
+        ({"scale": float("nan")}, "finite scale"),
+        ({"scale": -1.0}, "finite scale"),
+        ({"scale": True}, "finite scale"),
+    ],
+)
+def test_what_the_kernels_do_not_compute_goes_to_torch(
+    kwargs: dict[str, Any], reason: str
+) -> None:
     route = sdpa_route(*qkv(), **kwargs)
     assert not route.tuned and reason in route.reason
 
@@ -78,20 +97,30 @@ def test_torch_rules_route_to_torch() -> None:
 
 
 # torch refuses a mask together with is_causal: those combinations are left out.
-ARGUMENTS = [a for a in itertools.product(
-    [(8, 8), (5, 9), (9, 5)],          # (Lq, Lk)
-    [(4, 4), (8, 2), (8, 1)],          # (Hq, Hkv)
-    [False, True],                     # is_causal
-    [None, 0.3],                       # scale
-    [False, True],                     # enable_gqa
-    [None, "bool", "float"],           # attn_mask
-) if not (a[2] and a[5])]
+ARGUMENTS = [
+    a
+    for a in itertools.product(
+        [(8, 8), (5, 9), (9, 5)],  # (Lq, Lk)
+        [(4, 4), (8, 2), (8, 1)],  # (Hq, Hkv)
+        [False, True],  # is_causal
+        [None, 0.3],  # scale
+        [False, True],  # enable_gqa
+        [None, "bool", "float"],  # attn_mask
+    )
+    if not (a[2] and a[5])
+]
 
 
 @pytest.mark.parametrize("lengths, heads, is_causal, scale, enable_gqa, mask", ARGUMENTS)
 def test_every_argument_combination_answers_as_torch(
-        tuned_path: list[dict[str, Any]], lengths: tuple[int, int], heads: tuple[int, int],
-        is_causal: bool, scale: float | None, enable_gqa: bool, mask: str | None) -> None:
+    tuned_path: list[dict[str, Any]],
+    lengths: tuple[int, int],
+    heads: tuple[int, int],
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    mask: str | None,
+) -> None:
     q, k, v = qkv(*lengths, *heads)
     attn_mask = None
     if mask is not None:
@@ -106,8 +135,11 @@ def test_every_argument_combination_answers_as_torch(
         return
     got = autotune.scaled_dot_product_attention(q, k, v, **kwargs)  # type: ignore[arg-type]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    tuned = (attn_mask is None and (not is_causal or lengths[0] == lengths[1])
-             and (heads[0] == heads[1] or enable_gqa))
+    tuned = (
+        attn_mask is None
+        and (not is_causal or lengths[0] == lengths[1])
+        and (heads[0] == heads[1] or enable_gqa)
+    )
     assert bool(tuned_path) == tuned
     if tuned:
         assert tuned_path[0] == {"causal": is_causal, "scale": scale}
@@ -129,7 +161,8 @@ class TinyAttention(torch.nn.Module):
 
 
 def test_sdpa_dispatch_routes_a_models_calls_and_never_recurses(
-        tuned_path: list[dict[str, Any]]) -> None:
+    tuned_path: list[dict[str, Any]],
+) -> None:
     model = TinyAttention()
     q, k, v = qkv()
     want = model(q, k, v)
@@ -140,8 +173,9 @@ def test_sdpa_dispatch_routes_a_models_calls_and_never_recurses(
         masked = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(8, 8) * 0.5)
     assert len(tuned_path) == 2 and [c["causal"] for c in tuned_path] == [True, False]
     torch.testing.assert_close(got, want)
-    torch.testing.assert_close(masked, F.scaled_dot_product_attention(
-        q, k, v, attn_mask=torch.ones(8, 8) * 0.5))
+    torch.testing.assert_close(
+        masked, F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(8, 8) * 0.5)
+    )
     tuned_path.clear()
     model(q, k, v)  # outside the block: torch's own
     assert not tuned_path
@@ -154,15 +188,19 @@ def test_scale_default_is_torchs(tuned_path: list[dict[str, Any]]) -> None:
     torch.testing.assert_close(got, want)
 
 
-def test_a_transformers_model_runs_through_the_drop_in(
-        tuned_path: list[dict[str, Any]]) -> None:
+def test_a_transformers_model_runs_through_the_drop_in(tuned_path: list[dict[str, Any]]) -> None:
     """A small decoder built from a config (no download), run with transformers' "sdpa"
     inside `sdpa_dispatch()`: its output unchanged, its attention sent through the drop-in."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256,
-                                      num_attention_heads=4, num_key_value_heads=2,
-                                      num_hidden_layers=2, vocab_size=101,
-                                      max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=101,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
     model.set_attn_implementation("sdpa")

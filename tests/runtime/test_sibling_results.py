@@ -32,10 +32,25 @@ class FakeKernel:
 
 
 def _tuned(store: TuningStore, device: DeviceInfo, us: float, block_n: int) -> Config:
-    config = load_space("sm80").config(**P.space_values(), block_m=128, block_n=block_n,
-                                       num_warps=8, kv_stages=3, swizzle=3, q_in_regs=True)
-    store.set_best(device, P, TrialResult(config, "ok", median_us=us), measurement_id=None,
-                   study="s", trials=30, sdpa_default_us=2 * us, sdpa_flash_us=3 * us)
+    config = load_space("sm80").config(
+        **P.space_values(),
+        block_m=128,
+        block_n=block_n,
+        num_warps=8,
+        kv_stages=3,
+        swizzle=3,
+        q_in_regs=True,
+    )
+    store.set_best(
+        device,
+        P,
+        TrialResult(config, "ok", median_us=us),
+        measurement_id=None,
+        study="s",
+        trials=30,
+        sdpa_default_us=2 * us,
+        sdpa_flash_us=3 * us,
+    )
     return config
 
 
@@ -48,18 +63,23 @@ def shipped_h200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
     return config
 
 
-def _dispatcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: DeviceInfo,
-                **kwargs: Any) -> Dispatcher:
+def _dispatcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: DeviceInfo, **kwargs: Any
+) -> Dispatcher:
     monkeypatch.setattr(dispatch_module, "device_info", lambda index: gpu)
-    monkeypatch.setattr(dispatch_module, "target_for_device",
-                        lambda index: Target(gpu.compute_capability, 232448, gpu.name))
+    monkeypatch.setattr(
+        dispatch_module,
+        "target_for_device",
+        lambda index: Target(gpu.compute_capability, 232448, gpu.name),
+    )
     d = Dispatcher(f"sqlite:///{tmp_path}/user.db", untuned="kernel", **kwargs)
     d._load = lambda config, target, index, problems: FakeKernel(config)  # type: ignore[method-assign,assignment]
     return d
 
 
 def test_an_h100_sxm_reads_the_shipped_h200_results(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config
+) -> None:
     d = _dispatcher(tmp_path, monkeypatch, H100_SXM)
     decision = d.decide(P, 0)
     assert decision.path == "exact" and decision.config == shipped_h200
@@ -67,16 +87,18 @@ def test_an_h100_sxm_reads_the_shipped_h200_results(
     assert d.results_device(H100_SXM).name == "NVIDIA H200"
 
 
-def test_another_sm_count_has_no_sibling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         shipped_h200: Config) -> None:
+def test_another_sm_count_has_no_sibling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config
+) -> None:
     d = _dispatcher(tmp_path, monkeypatch, H100_PCIE)
     decision = d.decide(P, 0)
     assert decision.path == "heuristic" and "H200" not in decision.reason
     assert d.results_device(H100_PCIE) == H100_PCIE
 
 
-def test_the_gpus_own_results_come_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         shipped_h200: Config) -> None:
+def test_the_gpus_own_results_come_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config
+) -> None:
     own = _tuned(TuningStore(f"sqlite:///{tmp_path}/user.db"), H100_SXM, 350.0, 128)
     d = _dispatcher(tmp_path, monkeypatch, H100_SXM)
     decision = d.decide(P, 0)
@@ -85,21 +107,24 @@ def test_the_gpus_own_results_come_first(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_without_shipped_results_no_sibling_is_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config
+) -> None:
     d = _dispatcher(tmp_path, monkeypatch, H100_SXM, use_shipped=False)
     assert d.decide(P, 0).path == "heuristic"
     assert d.results_device(H100_SXM) == H100_SXM
 
 
 def test_the_gpu_is_identified_once_per_dispatcher(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_h200: Config
+) -> None:
     """A cache growing by a token per step decides at every new length class and plans at every
     new length: the GPU's identity and target are read once, not at each."""
     d = _dispatcher(tmp_path, monkeypatch, H100_SXM)
     asked: list[int] = []
     real = dispatch_module.device_info
-    monkeypatch.setattr(dispatch_module, "device_info", lambda index: asked.append(index)
-                        or real(index))
+    monkeypatch.setattr(
+        dispatch_module, "device_info", lambda index: asked.append(index) or real(index)
+    )
     for length in range(2048, 2048 + 40 * 300, 300):
         d.decide(Problem(4, 16, 16, 1, length, 128, "fp16", False), 0)
     assert asked == [0]

@@ -50,7 +50,8 @@ def test_sdpa_paths() -> None:
 
 @pytest.mark.parametrize("lengths", [(700, 500), (400, 520)], ids=["Lq>Lk", "Lq<Lk"])
 def test_a_square_causal_sdpa_win_is_not_carried_to_a_non_square_causal_problem(
-        shipped: Dispatcher, lengths: tuple[int, int]) -> None:
+    shipped: Dispatcher, lengths: tuple[int, int]
+) -> None:
     # the nearest tuned problem, B16 H16 L512 D64 fp16 causal, was won by SDPA's default
     lq, lk = lengths
     problem = Problem(16, 16, 16, lq, lk, 64, "fp16", True)
@@ -63,7 +64,8 @@ def test_a_square_causal_sdpa_win_is_not_carried_to_a_non_square_causal_problem(
 
 
 def test_an_sdpa_win_carries_over_where_torch_runs_the_problem_the_same_way(
-        shipped: Dispatcher) -> None:
+    shipped: Dispatcher,
+) -> None:
     # B4 H32/8 L2048 D128 bf16 non-causal was won by SDPA (cuDNN): a GQA 4 non-causal prefill
     # near it runs the same way in torch
     decision = shipped.decide(Problem(4, 32, 8, 1900, 2100, 128, "bf16", False), 0)
@@ -71,23 +73,29 @@ def test_an_sdpa_win_carries_over_where_torch_runs_the_problem_the_same_way(
     assert decision.tuned_problem == Problem(4, 32, 8, 2048, 2048, 128, "bf16", False)
 
 
-@pytest.mark.parametrize("problem", [Problem(8, 32, 8, 8, 8192, 128, "fp16", True),
-                                     Problem(4, 64, 8, 4, 16384, 128, "fp16", True),
-                                     Problem(2, 32, 8, 16, 30000, 128, "fp16", True)],
-                         ids=lambda p: p.describe())
+@pytest.mark.parametrize(
+    "problem",
+    [
+        Problem(8, 32, 8, 8, 8192, 128, "fp16", True),
+        Problem(4, 64, 8, 4, 16384, 128, "fp16", True),
+        Problem(2, 32, 8, 16, 30000, 128, "fp16", True),
+    ],
+    ids=lambda p: p.describe(),
+)
 def test_fp16_decode_with_gqa_runs_the_config_of_its_bf16_twin(
-        shipped: Dispatcher, problem: Problem) -> None:
+    shipped: Dispatcher, problem: Problem
+) -> None:
     decision = shipped.decide(problem, 0)
-    assert decision.config is not None and decision.config.family == "decode90", \
+    assert decision.config is not None and decision.config.family == "decode90", (
         decision.describe()
+    )
     assert decision.config["dtype"] == "fp16"
     assert decision.tuned_problem is not None and decision.tuned_problem.dtype == "bf16"
     assert "fp16 and bf16 share configs" in decision.reason
     load_space("decode90").validate(decision.config)  # a valid fp16 config, not a relabel
 
 
-def test_a_problem_of_its_own_dtype_comes_first_at_the_same_distance(
-        shipped: Dispatcher) -> None:
+def test_a_problem_of_its_own_dtype_comes_first_at_the_same_distance(shipped: Dispatcher) -> None:
     # B16 H16 L512 D128 is tuned in both dtypes: each dtype is served by its own
     for dtype in ("fp16", "bf16"):
         decision = shipped.decide(Problem(16, 16, 16, 520, 520, 128, dtype, False), 0)
@@ -95,18 +103,22 @@ def test_a_problem_of_its_own_dtype_comes_first_at_the_same_distance(
 
 
 def test_a_prefill_config_is_still_not_carried_to_decode_without_a_win_there(
-        shipped: Dispatcher) -> None:
+    shipped: Dispatcher,
+) -> None:
     """D=64 has no decode problem tuned in either dtype: its nearest tuned problems are
     prefill ones, whose sm90 configs never ran a decode problem; SDPA's default runs it."""
     decision = shipped.decide(Problem(8, 16, 16, 1, 4096, 64, "fp16", False), 0)
-    assert decision.config is not None and decision.config.family in ("sdpa", "decode",
-                                                                       "decode90"), \
-        decision.describe()
+    assert decision.config is not None and decision.config.family in (
+        "sdpa",
+        "decode",
+        "decode90",
+    ), decision.describe()
     assert decision.config.family != "sm90"
 
 
 def test_a_kernel_that_won_by_a_tie_is_not_carried_where_torch_runs_the_same_way(
-        shipped: Dispatcher) -> None:
+    shipped: Dispatcher,
+) -> None:
     # B4 H16 L2048 D64 fp16 causal: sm90 won at 1.02x. Carried to this untuned problem it ran
     # at 0.97x of SDPA's default on the H200 (below the runtime's floor); SDPA's default there.
     decision = shipped.decide(Problem(3, 12, 12, 1531, 1531, 64, "fp16", True), 0)

@@ -22,17 +22,39 @@ transformers = pytest.importorskip("transformers")
 
 CONFIGS = {
     "llama": lambda: transformers.LlamaConfig(
-        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=2, vocab_size=101, max_position_embeddings=128),
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=101,
+        max_position_embeddings=128,
+    ),
     "qwen2": lambda: transformers.Qwen2Config(
-        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=1,
-        num_hidden_layers=2, vocab_size=101, max_position_embeddings=128),
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        num_hidden_layers=2,
+        vocab_size=101,
+        max_position_embeddings=128,
+    ),
     "mistral": lambda: transformers.MistralConfig(
-        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=2, vocab_size=101, max_position_embeddings=128, sliding_window=None),
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=101,
+        max_position_embeddings=128,
+        sliding_window=None,
+    ),
 }
-MODELS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-          "mistral": "MistralForCausalLM"}
+MODELS = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
 
 
 def _model(kind: str, **changes: Any) -> Any:
@@ -68,14 +90,15 @@ def _steps(model: Any, implementation: str, ids: torch.Tensor) -> list[torch.Ten
     cut = ids.shape[1] - 5
     out = []
     with torch.no_grad():
-        for piece in (ids[:, :cut], ids[:, cut:cut + 1], ids[:, cut + 1:]):
+        for piece in (ids[:, :cut], ids[:, cut : cut + 1], ids[:, cut + 1 :]):
             out.append(model(piece, past_key_values=cache, use_cache=True).logits)
     return out
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
-def test_plain_causal_steps_call_attention_and_match_sdpa(kind: str,
-                                                          calls: list[dict[str, Any]]) -> None:
+def test_plain_causal_steps_call_attention_and_match_sdpa(
+    kind: str, calls: list[dict[str, Any]]
+) -> None:
     name = autotune.register_transformers()
     model = _model(kind)
     ids = torch.randint(0, 101, (2, 21))
@@ -86,10 +109,12 @@ def test_plain_causal_steps_call_attention_and_match_sdpa(kind: str,
         torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
     layers = model.config.num_hidden_layers
     assert [(c["lq"], c["lk"], c["causal"], c["layout"]) for c in calls] == (
-        [(16, 16, True, "bhld")] * layers + [(1, 17, False, "bhld")] * layers
-        + [(4, 21, True, "bhld")] * layers)  # one query: no mask, nothing to align
+        [(16, 16, True, "bhld")] * layers
+        + [(1, 17, False, "bhld")] * layers
+        + [(4, 21, True, "bhld")] * layers
+    )  # one query: no mask, nothing to align
     head_dim = model.config.hidden_size // model.config.num_attention_heads
-    assert all(c["scale"] == pytest.approx(head_dim ** -0.5) for c in calls)
+    assert all(c["scale"] == pytest.approx(head_dim**-0.5) for c in calls)
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
@@ -106,8 +131,9 @@ def test_greedy_tokens_equal_sdpa(kind: str, calls: list[dict[str, Any]]) -> Non
     assert torch.equal(got, want) and calls
 
 
-def test_a_left_padded_batch_goes_to_transformers_sdpa(calls: list[dict[str, Any]],
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_left_padded_batch_goes_to_transformers_sdpa(
+    calls: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
     name = autotune.register_transformers()
     model = _model("llama")
     ids = torch.randint(1, 101, (2, 12))
@@ -124,7 +150,8 @@ def test_a_left_padded_batch_goes_to_transformers_sdpa(calls: list[dict[str, Any
 
 
 def test_a_sliding_window_shorter_than_the_keys_goes_to_transformers_sdpa(
-        calls: list[dict[str, Any]]) -> None:
+    calls: list[dict[str, Any]],
+) -> None:
     name = autotune.register_transformers()
     model = _model("mistral", sliding_window=8)
     for length, served in ((6, True), (14, False)):
@@ -147,8 +174,11 @@ def test_route_names_what_the_kernels_do_not_compute() -> None:
     assert native._route(module, q, k, None, {})[0] is None  # top-left with Lq != Lk
     assert native._route(module, q[:, :, :1], k, None, {}) == (False, "")
     assert native._route(module, q, k[:, :, :3], None, {"is_causal": False}) == (False, "")
-    for kwargs, word in (({"softcap": 30.0}, "softcap"), ({"s_aux": torch.zeros(4)}, "s_aux"),
-                         ({"sliding_window": 4}, "sliding_window")):
+    for kwargs, word in (
+        ({"softcap": 30.0}, "softcap"),
+        ({"s_aux": torch.zeros(4)}, "s_aux"),
+        ({"sliding_window": 4}, "sliding_window"),
+    ):
         causal, reason = native._route(module, q, k, marker, kwargs)
         assert causal is None and word in reason
     assert native._route(module, q, k, marker, {"sliding_window": 9}) == (True, "")
@@ -169,11 +199,15 @@ def test_the_marker_becomes_a_bottom_right_mask_where_sdpa_runs() -> None:
     module.num_key_value_groups = 2
     torch.manual_seed(1)
     q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
-    out, _ = native.attention_forward(module, q, k, v, native.bottom_right_marker("cpu"),
-                                      sliding_window=2)
+    out, _ = native.attention_forward(
+        module, q, k, v, native.bottom_right_marker("cpu"), sliding_window=2
+    )
     want = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-        attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(diagonal=6)).transpose(1, 2)
+        q,
+        k.repeat_interleave(2, 1),
+        v.repeat_interleave(2, 1),
+        attn_mask=torch.ones(3, 9, dtype=torch.bool).tril(diagonal=6),
+    ).transpose(1, 2)
     torch.testing.assert_close(out, want)
 
 

@@ -82,8 +82,9 @@ class Checks:
         self.reset()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         pass
 
 
@@ -113,12 +114,19 @@ def fake_nvcc(monkeypatch: pytest.MonkeyPatch, cache_root: Path) -> list[list[st
         return SimpleNamespace(returncode=0, stderr="")
 
     monkeypatch.setattr(compiler, "toolchain", lambda: tools)
-    monkeypatch.setattr(compiler, "subprocess",
-                        SimpleNamespace(run=run, TimeoutExpired=TimeoutError))
-    monkeypatch.setattr(compiler, "parse_ptxas", lambda stderr, name: PtxasReport(
-        name, "sm_90", 128, 0, 0, 0, 0, 1))
-    monkeypatch.setattr(compiler, "read_launch_info", lambda cubin: LaunchInfo(
-        1, 0, 128, 0, 0, 128, 64, 256, 65536))
+    monkeypatch.setattr(
+        compiler, "subprocess", SimpleNamespace(run=run, TimeoutExpired=TimeoutError)
+    )
+    monkeypatch.setattr(
+        compiler,
+        "parse_ptxas",
+        lambda stderr, name: PtxasReport(name, "sm_90", 128, 0, 0, 0, 0, 1),
+    )
+    monkeypatch.setattr(
+        compiler,
+        "read_launch_info",
+        lambda cubin: LaunchInfo(1, 0, 128, 0, 0, 128, 64, 256, 65536),
+    )
     return runs
 
 
@@ -128,8 +136,10 @@ def sm90_config() -> ValidConfig:
 
 # -- the build stage takes a ValidConfig as it is ---------------------------------------------
 
+
 def test_build_key_compile_codegen_and_naming_do_not_check_a_valid_config_again(
-        checks: Checks, fake_nvcc: list[list[str]]) -> None:
+    checks: Checks, fake_nvcc: list[list[str]]
+) -> None:
     config = sm90_config()
     space = config.space
     with checks:
@@ -145,7 +155,8 @@ def test_build_key_compile_codegen_and_naming_do_not_check_a_valid_config_again(
 
 
 def test_a_plain_config_is_checked_once_where_it_enters_the_build(
-        checks: Checks, fake_nvcc: list[list[str]]) -> None:
+    checks: Checks, fake_nvcc: list[list[str]]
+) -> None:
     plain = Config.from_json(sm90_config().to_json())  # as read from a file or the CLI
     assert type(plain) is Config
     with checks:
@@ -165,6 +176,7 @@ def test_a_plain_config_is_checked_once_where_it_enters_the_build(
 
 # -- the first attention() call ---------------------------------------------------------------
 
+
 class FakeKernel:
     """A loaded kernel without a GPU: its prepared launch launches nothing."""
 
@@ -173,33 +185,50 @@ class FakeKernel:
     def __init__(self, build: Any, device: int = 0) -> None:
         self.config = build.config
 
-    def prepare(self, problem: Problem, q: Any, k: Any, v: Any, *, scale: float | None,
-                layout: str) -> Any:
+    def prepare(
+        self, problem: Problem, q: Any, k: Any, v: Any, *, scale: float | None, layout: str
+    ) -> Any:
         return SimpleNamespace(run=lambda *tensors, **kw: None)
 
 
 @pytest.fixture
-def first_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_nvcc: list[list[str]]
-               ) -> Iterator[Callable[[], Any]]:
+def first_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_nvcc: list[list[str]]
+) -> Iterator[Callable[[], Any]]:
     """attention()'s first-call path (`_prepare`) for a problem tuned in the database, on
     meta tensors standing in for a GPU's: decide, compile (a miss), load, plan."""
     monkeypatch.setattr(dispatch_module, "shipped_results", lambda: [])
     monkeypatch.setattr(dispatch_module, "CompiledKernel", FakeKernel)
     db = f"sqlite:///{tmp_path}/user.db"
     tuned = TrialResult(sm90_config(), Status.OK, median_us=250.0)
-    TuningStore(db).set_best(H200_DEVICE, P, tuned, measurement_id=None, study="s", trials=30,
-                             sdpa_default_us=500.0, sdpa_flash_us=None)
+    TuningStore(db).set_best(
+        H200_DEVICE,
+        P,
+        tuned,
+        measurement_id=None,
+        study="s",
+        trials=30,
+        sdpa_default_us=500.0,
+        sdpa_flash_us=None,
+    )
     d = Dispatcher(db)
     d._identify = lambda device_index: (H200_DEVICE, H200)  # type: ignore[method-assign]
     monkeypatch.setattr(attention_module, "_dispatcher", d)
     # the inputs as a GPU's (read_inputs would send meta tensors to torch SDPA)
-    monkeypatch.setattr(attention_module, "read_inputs", lambda q, k, v, *, causal, layout: (
-        read_problem(q, k, v, causal=causal, layout=layout), None))
+    monkeypatch.setattr(
+        attention_module,
+        "read_inputs",
+        lambda q, k, v, *, causal, layout: (
+            read_problem(q, k, v, causal=causal, layout=layout),
+            None,
+        ),
+    )
     q = torch.empty(4, 16, 2048, 128, dtype=torch.float16, device="meta")
 
     def call() -> Any:
-        prepared, reason = attention_module._prepare(q, q, q, causal=False, scale=None,
-                                                     layout="bhld")
+        prepared, reason = attention_module._prepare(
+            q, q, q, causal=False, scale=None, layout="bhld"
+        )
         assert prepared is not None, reason
         return prepared
 
@@ -207,7 +236,8 @@ def first_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_nvcc: list[
 
 
 def test_the_first_attention_call_checks_each_config_once_where_it_enters(
-        checks: Checks, first_call: Callable[[], Any], fake_nvcc: list[list[str]]) -> None:
+    checks: Checks, first_call: Callable[[], Any], fake_nvcc: list[list[str]]
+) -> None:
     with checks:
         prepared = first_call()
     assert prepared.kernel is not None and len(fake_nvcc) == 1  # decided, compiled, planned

@@ -42,23 +42,39 @@ def bucket(seqlen_q: int) -> str:
 
 def random_problem(rng: random.Random) -> Problem:
     heads_kv = rng.choice((2, 4))
-    return Problem(rng.choice((1, 2, 4)), heads_kv * rng.choice((1, 2)), heads_kv,
-                   rng.choice(SEQLENS), rng.choice(SEQLENS), rng.choice((64, 128)),
-                   rng.choice(("fp16", "bf16")), rng.random() < 0.5)
+    return Problem(
+        rng.choice((1, 2, 4)),
+        heads_kv * rng.choice((1, 2)),
+        heads_kv,
+        rng.choice(SEQLENS),
+        rng.choice(SEQLENS),
+        rng.choice((64, 128)),
+        rng.choice(("fp16", "bf16")),
+        rng.random() < 0.5,
+    )
 
 
 @cache
-def first_configs(family: str, capability: int, head_dim: int, dtype: str,
-                  causal: bool) -> tuple[Config, ...]:
+def first_configs(
+    family: str, capability: int, head_dim: int, dtype: str, causal: bool
+) -> tuple[Config, ...]:
     valid = load_space(family).valid_configs(
-        target_for_arch(capability), {"head_dim": head_dim, "dtype": dtype, "causal": causal})
+        target_for_arch(capability), {"head_dim": head_dim, "dtype": dtype, "causal": causal}
+    )
     return tuple(valid[:3])
 
 
 def random_config(rng: random.Random, device: DeviceInfo, problem: Problem) -> Config:
     families = ["sm80", "sdpa"] + (["sm90"] if device.compute_capability == 90 else [])
-    return rng.choice(first_configs(rng.choice(families), device.compute_capability,
-                                    problem.head_dim, problem.dtype, problem.causal))
+    return rng.choice(
+        first_configs(
+            rng.choice(families),
+            device.compute_capability,
+            problem.head_dim,
+            problem.dtype,
+            problem.causal,
+        )
+    )
 
 
 def fill(store: TuningStore, rng: random.Random, bests: int) -> list[Problem]:
@@ -73,17 +89,30 @@ def fill(store: TuningStore, rng: random.Random, bests: int) -> list[Problem]:
         measurement_id = None
         for _ in range(rng.randrange(3)):
             status = rng.choice((Status.OK, Status.OK, Status.CRASHED))
-            result = TrialResult(random_config(rng, device, problem), status,
-                                 median_us=us * rng.choice((0.5, 1.0, 2.0))
-                                 if status == Status.OK else None)
+            result = TrialResult(
+                random_config(rng, device, problem),
+                status,
+                median_us=us * rng.choice((0.5, 1.0, 2.0)) if status == Status.OK else None,
+            )
             measurement_id = store.record_trial(
-                device, problem, result, build=None, study=rng.choice(STUDIES),
+                device,
+                problem,
+                result,
+                build=None,
+                study=rng.choice(STUDIES),
                 phase=rng.choice(("search", "rerank")),
-                baseline_us=rng.choice((None, us)))
-        store.set_best(device, problem, TrialResult(config, Status.OK, median_us=us),
-                       measurement_id=rng.choice((measurement_id, None)),
-                       study=rng.choice(STUDIES), trials=3, sdpa_default_us=sdpa,
-                       sdpa_flash_us=None)
+                baseline_us=rng.choice((None, us)),
+            )
+        store.set_best(
+            device,
+            problem,
+            TrialResult(config, Status.OK, median_us=us),
+            measurement_id=rng.choice((measurement_id, None)),
+            study=rng.choice(STUDIES),
+            trials=3,
+            sdpa_default_us=sdpa,
+            sdpa_flash_us=None,
+        )
     return problems
 
 
@@ -117,39 +146,77 @@ class Trial:
 
 
 def _device(row: sa.Row[tuple[object, ...]]) -> DeviceInfo:
-    return DeviceInfo(row.name, row.compute_capability, row.sm_count, row.driver_version,
-                      row.cuda_version)
+    return DeviceInfo(
+        row.name, row.compute_capability, row.sm_count, row.driver_version, row.cuda_version
+    )
 
 
 def _problem(row: sa.Row[tuple[object, ...]]) -> Problem:
-    return Problem(row.batch, row.heads_q, row.heads_kv, row.seqlen_q, row.seqlen_k,
-                   row.head_dim, row.dtype, bool(row.causal))
+    return Problem(
+        row.batch,
+        row.heads_q,
+        row.heads_kv,
+        row.seqlen_q,
+        row.seqlen_k,
+        row.head_dim,
+        row.dtype,
+        bool(row.causal),
+    )
 
 
 def scan(store: TuningStore) -> tuple[list[Row], list[Trial]]:
-    columns = ("d.name, d.compute_capability, d.sm_count, d.driver_version, d.cuda_version, "
-               "p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype, "
-               "p.causal, k.family AS config_family")
+    columns = (
+        "d.name, d.compute_capability, d.sm_count, d.driver_version, d.cuda_version, "
+        "p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.dtype, "
+        "p.causal, k.family AS config_family"
+    )
     with store.engine.connect() as c:
         bests = c.exec_driver_sql(
             f"SELECT b.id, b.problem_id, b.family, b.speedup_vs_default, b.measurement_id, "
             f"{columns} FROM best_configs b JOIN devices d ON d.id = b.device_id "
             "JOIN problems p ON p.id = b.problem_id JOIN kernel_configs k ON k.id = b.config_id "
-            "ORDER BY b.id").all()
+            "ORDER BY b.id"
+        ).all()
         trials = c.exec_driver_sql(
             f"SELECT m.id, m.problem_id, m.study, m.phase, m.status, m.median_us, "
             f"m.baseline_us, {columns} FROM measurements m "
             "JOIN devices d ON d.id = m.device_id JOIN problems p ON p.id = m.problem_id "
-            "JOIN kernel_configs k ON k.id = m.config_id ORDER BY m.id").all()
-    return ([Row(r.id, _device(r), r.problem_id, _problem(r), r.family, r.config_family,
-                 r.speedup_vs_default, r.measurement_id) for r in bests],
-            [Trial(t.id, _device(t), t.problem_id, _problem(t), t.config_family, t.study,
-                   t.phase, t.status, t.median_us, t.baseline_us) for t in trials])
+            "JOIN kernel_configs k ON k.id = m.config_id ORDER BY m.id"
+        ).all()
+    return (
+        [
+            Row(
+                r.id,
+                _device(r),
+                r.problem_id,
+                _problem(r),
+                r.family,
+                r.config_family,
+                r.speedup_vs_default,
+                r.measurement_id,
+            )
+            for r in bests
+        ],
+        [
+            Trial(
+                t.id,
+                _device(t),
+                t.problem_id,
+                _problem(t),
+                t.config_family,
+                t.study,
+                t.phase,
+                t.status,
+                t.median_us,
+                t.baseline_us,
+            )
+            for t in trials
+        ],
+    )
 
 
 def same_model(a: DeviceInfo, b: DeviceInfo) -> bool:
-    return (a.name, a.compute_capability, a.sm_count) == (b.name, b.compute_capability,
-                                                           b.sm_count)
+    return (a.name, a.compute_capability, a.sm_count) == (b.name, b.compute_capability, b.sm_count)
 
 
 def on(device: DeviceInfo | str | None, row: Row) -> bool:
@@ -164,41 +231,70 @@ def scan_best(rows: list[Row], device: DeviceInfo | str | None, problem: Problem
     return next((r for r in rows if on(device, r) and r.problem == problem), None)
 
 
-def scan_nearest(rows: list[Row], device: DeviceInfo | str | None, problem: Problem,
-                 family: str | None) -> tuple[Row, float] | None:
-    candidates = [(problem_distance(problem, r.problem), r.id, r) for r in rows
-                  if on(device, r) and (family is None or r.config_family == family)
-                  and (r.problem.dtype, r.problem.head_dim, r.problem.causal)
-                  == (problem.dtype, problem.head_dim, problem.causal)]
+def scan_nearest(
+    rows: list[Row], device: DeviceInfo | str | None, problem: Problem, family: str | None
+) -> tuple[Row, float] | None:
+    candidates = [
+        (problem_distance(problem, r.problem), r.id, r)
+        for r in rows
+        if on(device, r)
+        and (family is None or r.config_family == family)
+        and (r.problem.dtype, r.problem.head_dim, r.problem.causal)
+        == (problem.dtype, problem.head_dim, problem.causal)
+    ]
     if not candidates:
         return None
     distance, _, row = min(candidates, key=lambda c: (c[0], c[1]))
     return row, distance
 
 
-def scan_family_tuned(rows: list[Row], trials: list[Trial], device: DeviceInfo,
-                      problem: Problem, study: str) -> bool:
+def scan_family_tuned(
+    rows: list[Row], trials: list[Trial], device: DeviceInfo, problem: Problem, study: str
+) -> bool:
     best = scan_best(rows, device, problem)
     if best is None or best.measurement_id is None:
         return False
-    mine = [t.id for t in trials if t.study == study and t.problem_id == best.problem_id
-            and t.device.name == device.name]
-    search = [t.id for t in trials if t.study == study and t.problem_id == best.problem_id
-              and t.device.name == device.name and t.phase == "search"]
+    mine = [
+        t.id
+        for t in trials
+        if t.study == study and t.problem_id == best.problem_id and t.device.name == device.name
+    ]
+    search = [
+        t.id
+        for t in trials
+        if t.study == study
+        and t.problem_id == best.problem_id
+        and t.device.name == device.name
+        and t.phase == "search"
+    ]
     return bool(mine) and (not search or best.measurement_id > max(search))
 
 
-def scan_faster(rows: list[Row], trials: list[Trial], device: DeviceInfo,
-                region: tuple[int, str, bool, str]) -> set[str]:
+def scan_faster(
+    rows: list[Row], trials: list[Trial], device: DeviceInfo, region: tuple[int, str, bool, str]
+) -> set[str]:
     def inside(p: Problem) -> bool:
         return (p.head_dim, p.dtype, p.causal, bucket(p.seqlen_q)) == region
 
-    found = {r.family for r in rows if same_model(r.device, device) and inside(r.problem)
-             and r.family != "sdpa" and (r.speedup or 0) > 1.0}
-    return found | {t.family for t in trials if same_model(t.device, device)
-                    and inside(t.problem) and t.status == "ok" and t.family != "sdpa"
-                    and t.median_us is not None and t.baseline_us is not None
-                    and t.median_us < t.baseline_us}
+    found = {
+        r.family
+        for r in rows
+        if same_model(r.device, device)
+        and inside(r.problem)
+        and r.family != "sdpa"
+        and (r.speedup or 0) > 1.0
+    }
+    return found | {
+        t.family
+        for t in trials
+        if same_model(t.device, device)
+        and inside(t.problem)
+        and t.status == "ok"
+        and t.family != "sdpa"
+        and t.median_us is not None
+        and t.baseline_us is not None
+        and t.median_us < t.baseline_us
+    }
 
 
 def key(record_device: DeviceInfo, record_problem: Problem) -> tuple[DeviceInfo, Problem]:
@@ -232,7 +328,8 @@ def test_lookups_answer_what_a_scan_of_every_row_answers(url: str, seed: int) ->
             want = scan_best(rows, device, problem)
             got = store.best(device, problem)
             assert (None if got is None else key(got.device, got.problem)) == (
-                None if want is None else key(want.device, want.problem)), (device, problem)
+                None if want is None else key(want.device, want.problem)
+            ), (device, problem)
             for family in (None, "sm80", "sm90", "sdpa"):
                 near = scan_nearest(rows, device, problem, family)
                 found = store.nearest(device, problem, family=family)
@@ -240,37 +337,62 @@ def test_lookups_answer_what_a_scan_of_every_row_answers(url: str, seed: int) ->
                     assert found is None, (device, problem, family)
                     continue
                 assert found is not None, (device, problem, family)
-                assert key(found[0].device, found[0].problem) == key(near[0].device,
-                                                                     near[0].problem)
+                assert key(found[0].device, found[0].problem) == key(
+                    near[0].device, near[0].problem
+                )
                 assert found[1] == near[1]
-                ties += sum(1 for r in rows if on(device, r) and r.id != near[0].id
-                            and r.problem.space_values() == problem.space_values()
-                            and (family is None or r.config_family == family)
-                            and problem_distance(problem, r.problem) == near[1])
+                ties += sum(
+                    1
+                    for r in rows
+                    if on(device, r)
+                    and r.id != near[0].id
+                    and r.problem.space_values() == problem.space_values()
+                    and (family is None or r.config_family == family)
+                    and problem_distance(problem, r.problem) == near[1]
+                )
         for device in DEVICES:
             for study in STUDIES:
                 assert store.family_tuned(device, problem, study) == scan_family_tuned(
-                    rows, trials, device, problem, study), (device, problem, study)
+                    rows, trials, device, problem, study
+                ), (device, problem, study)
             region = (problem.head_dim, problem.dtype, problem.causal, bucket(problem.seqlen_q))
             assert store.families_faster_than_sdpa(device, region, bucket) == scan_faster(
-                rows, trials, device, region), (device, region)
+                rows, trials, device, region
+            ), (device, region)
     assert ties > 0, "the randomised store should hold ties in distance"
 
 
 # -- indexes and the schema check --------------------------------------------------------------
 
 
-LOOKUP_INDEXES = {("problems", "ix_problems_class", ("dtype", "head_dim", "causal", "kv_cache",
-                                                     "seqlen_q", "seqlen_k", "batch", "heads_q",
-                                                     "heads_kv")),
-                  ("best_configs", "ix_best_configs_problem", ("problem_id",))}
+LOOKUP_INDEXES = {
+    (
+        "problems",
+        "ix_problems_class",
+        (
+            "dtype",
+            "head_dim",
+            "causal",
+            "kv_cache",
+            "seqlen_q",
+            "seqlen_k",
+            "batch",
+            "heads_q",
+            "heads_kv",
+        ),
+    ),
+    ("best_configs", "ix_best_configs_problem", ("problem_id",)),
+}
 
 
 def indexes(engine: sa.Engine) -> set[tuple[str, str, tuple[str, ...]]]:
     inspector = sa.inspect(engine)
-    return {(table, ix["name"], tuple(c for c in ix["column_names"] if c is not None))
-            for table in ("problems", "best_configs") for ix in inspector.get_indexes(table)
-            if ix["name"] is not None}
+    return {
+        (table, ix["name"], tuple(c for c in ix["column_names"] if c is not None))
+        for table in ("problems", "best_configs")
+        for ix in inspector.get_indexes(table)
+        if ix["name"] is not None
+    }
 
 
 def test_the_lookup_indexes_exist_in_a_new_database(url: str) -> None:
@@ -291,8 +413,9 @@ def test_the_lookup_indexes_exist_after_an_upgrade(tmp_path: Path, release: str)
         assert store.nearest(record.device, record.problem) is not None
 
 
-def test_the_schema_is_checked_once_per_store(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_schema_is_checked_once_per_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Opening checks the schema (and names the upgrade command when it is old); lookups on a
     dispatch miss and tune's per-trial writes do not check it again."""
     calls = {"check": 0, "revision": 0}
@@ -318,9 +441,11 @@ def test_the_schema_is_checked_once_per_store(tmp_path: Path,
         store.best(H200, problem)
         store.nearest(H200, problem)
         store.family_tuned(H200, problem, "s1")
-        store.families_faster_than_sdpa(H200, (problem.head_dim, problem.dtype,
-                                               problem.causal, bucket(problem.seqlen_q)),
-                                        bucket)
+        store.families_faster_than_sdpa(
+            H200,
+            (problem.head_dim, problem.dtype, problem.causal, bucket(problem.seqlen_q)),
+            bucket,
+        )
     assert calls == {"check": 0, "revision": 0}
     TuningStore(engine=store.engine).best(H200, stored[0])  # an engine already checked
     assert calls == {"check": 0, "revision": 0}

@@ -95,13 +95,13 @@ def test_the_database_model_is_preferred_where_it_learnt_from_as_much(tmp_path: 
     assert model is not None and model.device == H100 and source.startswith("fitted in ")
 
 
-def test_explain_shows_the_database_model_of_a_gpu_without_a_shipped_one(tmp_path: Path
-                                                                         ) -> None:
+def test_explain_shows_the_database_model_of_a_gpu_without_a_shipped_one(tmp_path: Path) -> None:
     store = _store(tmp_path)
     device = DeviceInfo(H100, 90, 132, "", "13.0")
     problem = Problem(3, 12, 12, 1531, 1531, 64, "fp16", True)
     decision = Dispatcher(store.url, use_shipped=False, untuned="kernel").would_run(
-        problem, device, target_for_arch(90))
+        problem, device, target_for_arch(90)
+    )
     assert decision.config is not None
     assert with_prediction(decision, problem, device, store) == decision
     PerfModels(store).save(_as(SHIPPED, device=H100), "tune")
@@ -118,16 +118,19 @@ def _recorded(tmp_path: Path) -> TuningStore:
 def test_a_refit_is_kept_and_skipped_over_the_same_data(tmp_path: Path) -> None:
     store = _recorded(tmp_path)
     first = refit(store, "NVIDIA H200", "tune", trees=10)
-    assert first.status == "fitted" and first.timings == len(
-        database_timings(store, "NVIDIA H200")) > 500
+    assert (
+        first.status == "fitted"
+        and first.timings == len(database_timings(store, "NVIDIA H200")) > 500
+    )
     kept = PerfModels(store).describe("NVIDIA H200")
     assert kept is not None and kept.fitted_by == "tune" and kept.timings == first.timings
     assert refit(store, "NVIDIA H200", "import", trees=10).status == "unchanged"
     assert PerfModels(store).describe("NVIDIA H200") == kept
 
 
-def test_a_refit_needs_data_and_scikit_learn(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refit_needs_data_and_scikit_learn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _recorded(tmp_path)
     assert refit(store, H100, "tune").status == "too few"  # nothing of it measured
     monkeypatch.setitem(sys.modules, "sklearn", None)  # an import of it fails

@@ -20,8 +20,15 @@ P = Problem(4, 16, 16, 2048, 2048, 128, "fp16", False)
 
 
 def cfg(problem: Problem = P, **tile: object) -> Config:
-    values = {"block_m": 128, "block_n": 64, "num_warps": 4, "kv_stages": 2, "swizzle": 3,
-              "q_in_regs": False, **tile}
+    values = {
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 4,
+        "kv_stages": 2,
+        "swizzle": 3,
+        "q_in_regs": False,
+        **tile,
+    }
     return load_space("sm80").config(**problem.space_values(), **values)  # type: ignore[arg-type]
 
 
@@ -30,20 +37,31 @@ def store(tmp_path: Path) -> TuningStore:
     return TuningStore(f"sqlite:///{tmp_path}/t.db")
 
 
-def put_best(store: TuningStore, problem: Problem, us: float, device: DeviceInfo = H200,
-             **tile: object) -> Config:
+def put_best(
+    store: TuningStore, problem: Problem, us: float, device: DeviceInfo = H200, **tile: object
+) -> Config:
     config = cfg(problem, **tile)
     result = TrialResult(config, "ok", median_us=us, p20_us=us, p80_us=us, rounds=9)
-    mid = store.record_trial(device, problem, result, build=None, study="s", phase="rerank",
-                             baseline_us=200.0)
-    store.set_best(device, problem, result, measurement_id=mid, study="s", trials=12,
-                   sdpa_default_us=200.0, sdpa_flash_us=420.0)
+    mid = store.record_trial(
+        device, problem, result, build=None, study="s", phase="rerank", baseline_us=200.0
+    )
+    store.set_best(
+        device,
+        problem,
+        result,
+        measurement_id=mid,
+        study="s",
+        trials=12,
+        sdpa_default_us=200.0,
+        sdpa_flash_us=420.0,
+    )
     return config
 
 
 def test_trials_are_recorded_and_reused(store: TuningStore) -> None:
-    ok = TrialResult(cfg(), "ok", median_us=410.0, p20_us=405.0, p80_us=415.0, rounds=5,
-                     build_key=None)
+    ok = TrialResult(
+        cfg(), "ok", median_us=410.0, p20_us=405.0, p80_us=415.0, rounds=5, build_key=None
+    )
     failed = TrialResult(cfg(block_n=32), "crashed", "worker process died (exit code -11)")
     store.record_trial(H200, P, ok, build=None, study="s", phase="search", baseline_us=200.0)
     store.record_trial(H200, P, failed, build=None, study="s", phase="search", baseline_us=200.0)
@@ -81,8 +99,10 @@ def test_distance_is_symmetric_in_log_space() -> None:
 def test_broken_rows_are_refused_not_run(store: TuningStore) -> None:
     put_best(store, P, 400.0)
     with store.engine.begin() as c:  # someone edits the database by hand
-        c.exec_driver_sql("UPDATE kernel_configs SET config_json = "
-                          "replace(config_json, '\"block_m\":128', '\"block_m\":96')")
+        c.exec_driver_sql(
+            "UPDATE kernel_configs SET config_json = "
+            "replace(config_json, '\"block_m\":128', '\"block_m\":96')"
+        )
     with pytest.raises(BrokenRow, match="not valid"):
         store.best(H200, P)
     assert store.list_best() == []
@@ -102,18 +122,24 @@ def test_export_import_round_trip(store: TuningStore, tmp_path: Path) -> None:
     assert {r.source for r in other.list_best()} == {"imported"}
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda e: e["config"].update(block_m=96), "block_m = 96"),
-    (lambda e: e["config"].update(head_dim=64), "another problem class"),
-    (lambda e: e.update(median_us=-1), "median_us must be a time from 0.5 us"),
-    (lambda e: e["problem"].update(heads_kv=5), "multiple of heads_kv"),
-    (lambda e: e["problem"].update(kv_cache="paged3'); DROP TABLE problems; --"),
-     "kv_cache must be one of"),
-    (lambda e: e["problem"].update(kv_cache="paged48"), "kv_cache must be one of"),
-    (lambda e: e.pop("device"), "entry #0"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda e: e["config"].update(block_m=96), "block_m = 96"),
+        (lambda e: e["config"].update(head_dim=64), "another problem class"),
+        (lambda e: e.update(median_us=-1), "median_us must be a time from 0.5 us"),
+        (lambda e: e["problem"].update(heads_kv=5), "multiple of heads_kv"),
+        (
+            lambda e: e["problem"].update(kv_cache="paged3'); DROP TABLE problems; --"),
+            "kv_cache must be one of",
+        ),
+        (lambda e: e["problem"].update(kv_cache="paged48"), "kv_cache must be one of"),
+        (lambda e: e.pop("device"), "entry #0"),
+    ],
+)
 def test_import_validates_every_entry_and_imports_nothing_on_error(
-        store: TuningStore, tmp_path: Path, mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    store: TuningStore, tmp_path: Path, mutate, fragment: str
+) -> None:  # type: ignore[no-untyped-def]
     put_best(store, P, 400.0)
     put_best(store, Problem(8, 16, 16, 1024, 1024, 128, "fp16", False), 300.0)
     data = store.export()
@@ -126,8 +152,12 @@ def test_import_validates_every_entry_and_imports_nothing_on_error(
 
 def test_baselines_latest_wins(store: TuningStore) -> None:
     store.record_baselines(H200, P, "s1", [BaselineTiming("default", 250, 249, 251)])
-    store.record_baselines(H200, P, "s2", [BaselineTiming("default", 230, 229, 231),
-                                           BaselineTiming("flash", 460, 455, 465)])
+    store.record_baselines(
+        H200,
+        P,
+        "s2",
+        [BaselineTiming("default", 230, 229, 231), BaselineTiming("flash", 460, 455, 465)],
+    )
     latest = store.latest_baselines(H200, P)
     assert latest["default"].median_us == 230 and latest["flash"].median_us == 460
 
@@ -151,8 +181,16 @@ def sm90_statically_invalid(problem: Problem) -> tuple[Config, str]:
 
 def put_sm90_best(store: TuningStore, problem: Problem, us: float) -> Config:
     config = sm90_cfg(problem)
-    store.set_best(H200, problem, TrialResult(config, "ok", median_us=us), measurement_id=None,
-                   study="s90", trials=20, sdpa_default_us=200.0, sdpa_flash_us=None)
+    store.set_best(
+        H200,
+        problem,
+        TrialResult(config, "ok", median_us=us),
+        measurement_id=None,
+        study="s90",
+        trials=20,
+        sdpa_default_us=200.0,
+        sdpa_flash_us=None,
+    )
     return config
 
 
@@ -167,20 +205,30 @@ def test_export_import_round_trip_keeps_each_family(store: TuningStore, tmp_path
     imported = other.best(H200, gqa)
     assert imported is not None and imported.config == config and imported.median_us == 1100.0
     with other.engine.connect() as c:
-        rows = c.exec_driver_sql("SELECT b.family, k.family FROM best_configs b "
-                                 "JOIN kernel_configs k ON k.id = b.config_id").all()
+        rows = c.exec_driver_sql(
+            "SELECT b.family, k.family FROM best_configs b "
+            "JOIN kernel_configs k ON k.id = b.config_id"
+        ).all()
     assert sorted(rows) == [("sm80", "sm80"), ("sm90", "sm90")]
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda e: e["config"].update(block_m=96), "block_m = 96 is not one of [64, 128, 192]"),
-    (lambda e: e["config"].update(num_warps=4), "unknown parameter 'num_warps'"),
-    (lambda e: e.update(family="sm80"), "family 'sm80' but a sm90 config"),
-    (lambda e: e["device"].update(name="NVIDIA A100-SXM4-80GB", compute_capability=80,
-                                  sm_count=108), "runs on sm_90 only"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda e: e["config"].update(block_m=96), "block_m = 96 is not one of [64, 128, 192]"),
+        (lambda e: e["config"].update(num_warps=4), "unknown parameter 'num_warps'"),
+        (lambda e: e.update(family="sm80"), "family 'sm80' but a sm90 config"),
+        (
+            lambda e: e["device"].update(
+                name="NVIDIA A100-SXM4-80GB", compute_capability=80, sm_count=108
+            ),
+            "runs on sm_90 only",
+        ),
+    ],
+)
 def test_an_sm90_entry_is_checked_against_the_sm90_space(
-        store: TuningStore, tmp_path: Path, mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    store: TuningStore, tmp_path: Path, mutate, fragment: str
+) -> None:  # type: ignore[no-untyped-def]
     put_best(store, P, 400.0)
     put_sm90_best(store, Problem(8, 16, 16, 1024, 1024, 128, "fp16", False), 300.0)
     data = store.export()
@@ -193,15 +241,17 @@ def test_an_sm90_entry_is_checked_against_the_sm90_space(
 
 
 def test_an_sm90_entry_breaking_a_constraint_of_its_space_is_refused(
-        store: TuningStore, tmp_path: Path) -> None:
+    store: TuningStore, tmp_path: Path
+) -> None:
     problem = Problem(8, 16, 16, 1024, 1024, 128, "fp16", False)
     put_sm90_best(store, problem, 300.0)
     data = store.export()
     invalid, reason = sm90_statically_invalid(problem)
     data["results"][0]["config"] = invalid.as_dict()
     other = TuningStore(f"sqlite:///{tmp_path}/other.db")
-    with pytest.raises(BrokenRow, match=re.escape(f"sm90 config cannot run on NVIDIA H200 "
-                                                  f"(sm_90): {reason}")):
+    with pytest.raises(
+        BrokenRow, match=re.escape(f"sm90 config cannot run on NVIDIA H200 (sm_90): {reason}")
+    ):
         other.import_results(data)
     assert other.list_best() == []
 
@@ -218,7 +268,8 @@ def test_nearest_of_one_family(store: TuningStore) -> None:
 
 
 def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`list` compares the build each best was timed with to the build the current sources,
     toolchain and flags make: a kernel update shows as "older" (needs nvcc's version and the
     CUTLASS headers, as the compile-only tests do; nothing is compiled)."""
@@ -233,15 +284,31 @@ def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
     rows = {}
     for batch, key in ((1, today), (2, "0" * 32), (3, None)):
         problem = Problem(batch, 16, 16, 2048, 2048, 128, "fp16", False)
-        result = TrialResult(config, "ok", median_us=100.0 * batch, p20_us=1.0, p80_us=1.0,
-                             rounds=5)
+        result = TrialResult(
+            config, "ok", median_us=100.0 * batch, p20_us=1.0, p80_us=1.0, rounds=5
+        )
         mid = None
         if key is not None:
-            mid = store.record_trial(H200, problem, result, build=BuildResult(
-                config, "sm_90", "ok", key=key), study="s", phase="rerank", baseline_us=1.0)
-        store.set_best(H200, problem, result, measurement_id=mid, study="s", trials=1,
-                       sdpa_default_us=None, sdpa_flash_us=None,
-                       source="tuned" if key else "imported")
+            mid = store.record_trial(
+                H200,
+                problem,
+                result,
+                build=BuildResult(config, "sm_90", "ok", key=key),
+                study="s",
+                phase="rerank",
+                baseline_us=1.0,
+            )
+        store.set_best(
+            H200,
+            problem,
+            result,
+            measurement_id=mid,
+            study="s",
+            trials=1,
+            sdpa_default_us=None,
+            sdpa_flash_us=None,
+            source="tuned" if key else "imported",
+        )
         rows[problem.describe()] = {today: "current", None: "?"}.get(key, "older")
     assert main(["list", "--db", db]) == 0
     out = capsys.readouterr().out
@@ -250,13 +317,13 @@ def test_list_says_whether_a_timing_is_of_the_kernel_built_today(
     for shape, state in rows.items():
         row = next(i for i, x in enumerate(lines) if shape + " " in x)
         # the column ends the row, or (a table wider than the output) sits under it
-        details = [x.strip() for x in lines[row + 1:row + 4] if x.startswith("    ")]
-        assert lines[row].rstrip().endswith(state) or f"timed kernel: {state}" in details, \
-            lines[row:row + 4]
+        details = [x.strip() for x in lines[row + 1 : row + 4] if x.startswith("    ")]
+        assert lines[row].rstrip().endswith(state) or f"timed kernel: {state}" in details, lines[
+            row : row + 4
+        ]
 
 
-def test_a_kv_cache_kind_is_its_own_problem_and_class(store: TuningStore,
-                                                      tmp_path: Path) -> None:
+def test_a_kv_cache_kind_is_its_own_problem_and_class(store: TuningStore, tmp_path: Path) -> None:
     """A paged or padded cache of the same shape is another problem: its best, its timings and
     its nearest neighbours never mix with the dense one's; export and import keep the kind."""
     dense = Problem(8, 32, 8, 1, 32768, 128, "fp16", False)
@@ -278,13 +345,13 @@ def test_a_kv_cache_kind_is_its_own_problem_and_class(store: TuningStore,
     assert {r.problem for r in other.list_best()} == {dense, paged}
 
 
-
 def test_a_problem_row_with_a_hostile_kv_cache_is_refused_not_run(store: TuningStore) -> None:
     put_best(store, P, 400.0)
     paged = Problem(8, 32, 8, 1, 32768, 128, "fp16", False, "paged64")
     put_best(store, paged, 130.0)
     with store.engine.begin() as c:  # someone edits the database by hand
-        c.exec_driver_sql("UPDATE problems SET kv_cache = 'paged64; rm -rf /' "
-                          "WHERE kv_cache = 'paged64'")
+        c.exec_driver_sql(
+            "UPDATE problems SET kv_cache = 'paged64; rm -rf /' WHERE kv_cache = 'paged64'"
+        )
     assert [r.problem for r in store.list_best()] == [P]  # the rest is served
     assert any("kv_cache must be one of" in reason for reason in store.broken_rows())

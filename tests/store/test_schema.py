@@ -28,8 +28,16 @@ def test_empty_database_is_created_at_the_newest_schema(tmp_path: Path) -> None:
     engine = open_engine(url)
     assert current_revision(engine) == head_revision()
     tables = set(sa.inspect(engine).get_table_names())
-    assert {"devices", "kernel_configs", "builds", "problems", "measurements", "baselines",
-            "best_configs", VERSION_TABLE} <= tables
+    assert {
+        "devices",
+        "kernel_configs",
+        "builds",
+        "problems",
+        "measurements",
+        "baselines",
+        "best_configs",
+        VERSION_TABLE,
+    } <= tables
     assert "alembic_version" not in tables  # that name belongs to Optuna's storage
     with engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
@@ -42,8 +50,11 @@ def test_the_models_match_the_migrations(tmp_path: Path) -> None:
     engine = open_engine(f"sqlite:///{tmp_path}/m.db")
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        diff = [d for d in compare_metadata(context, Base.metadata)
-                if not (isinstance(d, tuple) and d[0] == "remove_table")]
+        diff = [
+            d
+            for d in compare_metadata(context, Base.metadata)
+            if not (isinstance(d, tuple) and d[0] == "remove_table")
+        ]
     assert diff == []
 
 
@@ -76,14 +87,17 @@ def test_fixture_database_of_each_release_upgrades(tmp_path: Path) -> None:
 
 
 def test_an_older_schema_is_refused_with_the_upgrade_command(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"sqlite:///{tmp_path}/old.db"
     engine = open_engine(url)
     with engine.begin() as c:
         c.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '0.0.9'")
         # an old database holding nothing of ours would be made again, not refused
-        c.exec_driver_sql("INSERT INTO devices (name, compute_capability, sm_count, "
-                          "driver_version, cuda_version) VALUES ('gpu', 90, 132, '1', '13.0')")
+        c.exec_driver_sql(
+            "INSERT INTO devices (name, compute_capability, sm_count, "
+            "driver_version, cuda_version) VALUES ('gpu', 90, 132, '1', '13.0')"
+        )
     monkeypatch.setattr(schema, "known_revisions", lambda: ("0.0.9", head_revision()))
     with pytest.raises(SchemaOutdated, match=r"cute-autotune db upgrade --db"):
         open_engine(url)
@@ -103,8 +117,9 @@ def test_a_newer_or_foreign_schema_is_refused(tmp_path: Path) -> None:
         open_engine(foreign)
 
 
-def test_a_plain_path_is_a_sqlite_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+def test_a_plain_path_is_a_sqlite_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--db tuning.db` and $CUTE_AUTOTUNE_DB=~/x.db name SQLite files, as a URL would (issue
     40 item 4); a URL stays as it is."""
     from autotune.store.schema import database_url, default_url, describe

@@ -28,6 +28,7 @@ def kernel_settings(**values: object) -> SearchSettings:
     the final re-ranking (tests/tune/test_no_regret.py covers them in it)."""
     return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
 
+
 REPO = Path(__file__).resolve().parents[2]
 SM80_RECORDING = REPO / "tests" / "data" / "sweep_sm80_h200.json"
 H200 = target_for_arch(90)
@@ -49,8 +50,9 @@ def sm80_medians(sm80: dict[str, Any], problem: Problem) -> list[float]:
     return [r["median_us"] for r in shape["configs"] if r.get("median_us")]
 
 
-def sm90_recording(sm80: dict[str, Any], problem: Problem, *, fastest_us: float,
-                   others_us: float) -> dict[str, Any]:
+def sm90_recording(
+    sm80: dict[str, Any], problem: Problem, *, fastest_us: float, others_us: float
+) -> dict[str, Any]:
     """A recording in benchmarks/sweep.py's format of the first few valid sm90 configs of the
     problem: the fourth at `fastest_us`, one that failed to compile, the rest at `others_us`
     and slower."""
@@ -63,14 +65,32 @@ def sm90_recording(sm80: dict[str, Any], problem: Problem, *, fastest_us: float,
             row.update(status="compile_error", reason="ptxas: too many resources requested")
         else:
             us = fastest_us if i == 3 else others_us * (1 + 0.05 * i)
-            row.update(status="ok", registers=168, spill_stores=0, spill_loads=0,
-                       rel_err_vs_sdpa=3e-4, median_us=us, p20_us=0.99 * us, p80_us=1.01 * us,
-                       tflops=problem.tflops(us))
+            row.update(
+                status="ok",
+                registers=168,
+                spill_stores=0,
+                spill_loads=0,
+                rel_err_vs_sdpa=3e-4,
+                median_us=us,
+                p20_us=0.99 * us,
+                p80_us=1.01 * us,
+                tflops=problem.tflops(us),
+            )
         rows.append(row)
-    return {"gpu": sm80["gpu"], "device": sm80["device"], "family": "sm90",
-            "command": "synthetic (tests/tune/test_families.py)",
-            "shapes": [{"problem": problem.as_dict(), "flops": problem.flops,
-                        "sdpa": shape["sdpa"], "configs": rows}]}
+    return {
+        "gpu": sm80["gpu"],
+        "device": sm80["device"],
+        "family": "sm90",
+        "command": "synthetic (tests/tune/test_families.py)",
+        "shapes": [
+            {
+                "problem": problem.as_dict(),
+                "flops": problem.flops,
+                "sdpa": shape["sdpa"],
+                "configs": rows,
+            }
+        ],
+    }
 
 
 def fast_sm90_config(problem: Problem) -> Config:
@@ -78,9 +98,21 @@ def fast_sm90_config(problem: Problem) -> Config:
 
 
 def shape_args(p: Problem) -> list[str]:
-    return ["--batch", str(p.batch), "--heads-q", str(p.heads_q), "--heads-kv", str(p.heads_kv),
-            "--seqlen-q", str(p.seqlen_q), "--head-dim", str(p.head_dim), "--dtype", p.dtype,
-            *(["--causal"] if p.causal else [])]
+    return [
+        "--batch",
+        str(p.batch),
+        "--heads-q",
+        str(p.heads_q),
+        "--heads-kv",
+        str(p.heads_kv),
+        "--seqlen-q",
+        str(p.seqlen_q),
+        "--head-dim",
+        str(p.head_dim),
+        "--dtype",
+        p.dtype,
+        *(["--causal"] if p.causal else []),
+    ]
 
 
 def study_families(url: str) -> set[str]:
@@ -100,25 +132,35 @@ def stub_dispatcher(db: str, monkeypatch: pytest.MonkeyPatch, device: Any) -> Di
     return d
 
 
-def test_families_follow_the_target_and_the_recordings(sm80: dict[str, Any],
-                                                        problem: Problem) -> None:
+def test_families_follow_the_target_and_the_recordings(
+    sm80: dict[str, Any], problem: Problem
+) -> None:
     fast = sm90_recording(sm80, problem, fastest_us=100.0, others_us=500.0)
     assert ReplayBackend(sm80).families() == ["sm80"]
     both = ReplayBackend([sm80, fast])
     assert both.families() == ["sm80", "sm90"]
     assert families_to_search(both) == ["sm80", "sm90"]
     assert families_to_search(both, ["sm90", "sm90"]) == ["sm90"]
-    a100 = {**sm80, "device": {**sm80["device"], "name": "NVIDIA A100-SXM4-80GB",
-                               "compute_capability": 80, "sm_count": 108,
-                               "max_smem_per_block": 166912}}
+    a100 = {
+        **sm80,
+        "device": {
+            **sm80["device"],
+            "name": "NVIDIA A100-SXM4-80GB",
+            "compute_capability": 80,
+            "sm_count": 108,
+            "max_smem_per_block": 166912,
+        },
+    }
     with pytest.raises(ValueError, match="family sm90 runs on sm_90 only; .* is sm_80"):
         families_to_search(ReplayBackend(a100), ["sm90"])
     with pytest.raises(ValueError, match="recordings of different GPUs"):
         ReplayBackend([a100, fast])
     # each config is served from its own family's recording; an unrecorded one fails to build
     config80 = Config.from_dict(sm80["shapes"][0]["configs"][0]["config"])
-    fast90, unrecorded = (load_space("sm90").valid_configs(H200, problem.space_values())[i]
-                          for i in (3, RECORDED_SM90))
+    fast90, unrecorded = (
+        load_space("sm90").valid_configs(H200, problem.space_values())[i]
+        for i in (3, RECORDED_SM90)
+    )
     built = {b.config: b for b in both.build([config80, fast90, unrecorded])}
     assert built[config80].ok and built[fast90].ok
     assert built[unrecorded].status == "compile_error"
@@ -129,17 +171,42 @@ def test_families_follow_the_target_and_the_recordings(sm80: dict[str, Any],
 
 
 def test_the_fastest_family_wins_and_dispatch_runs_it(
-        sm80: dict[str, Any], problem: Problem, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    sm80: dict[str, Any],
+    problem: Problem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     best80 = min(sm80_medians(sm80, problem))
     recording = tmp_path / "sweep_sm90.json"
-    recording.write_text(json.dumps(sm90_recording(sm80, problem, fastest_us=best80 / 1.25,
-                                                   others_us=2 * best80)))
+    recording.write_text(
+        json.dumps(sm90_recording(sm80, problem, fastest_us=best80 / 1.25, others_us=2 * best80))
+    )
     db = f"sqlite:///{tmp_path}/two.db"
     out_json = tmp_path / "tune.json"
-    assert main(["tune", "--without-sdpa", *shape_args(problem), "--replay", str(SM80_RECORDING),
-                 "--replay", str(recording), "--sampler", "grid", "--trials", "8",
-                 "--db", db, "--json", str(out_json), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--without-sdpa",
+                *shape_args(problem),
+                "--replay",
+                str(SM80_RECORDING),
+                "--replay",
+                str(recording),
+                "--sampler",
+                "grid",
+                "--trials",
+                "8",
+                "--db",
+                db,
+                "--json",
+                str(out_json),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     winner = fast_sm90_config(problem)
     name = load_space("sm90").name_of(winner)
@@ -168,16 +235,21 @@ def test_the_fastest_family_wins_and_dispatch_runs_it(
     with store.engine.connect() as c:
         assert c.exec_driver_sql("SELECT family FROM best_configs").scalars().all() == ["sm90"]
     with store.engine.connect() as c:  # builds (ptxas report) are kept for both families
-        builds = set(c.exec_driver_sql(
-            "SELECT k.family, b.registers, b.spill_store_bytes FROM builds b "
-            "JOIN kernel_configs k ON k.id = b.config_id").all())
+        builds = set(
+            c.exec_driver_sql(
+                "SELECT k.family, b.registers, b.spill_store_bytes FROM builds b "
+                "JOIN kernel_configs k ON k.id = b.config_id"
+            ).all()
+        )
     assert ("sm90", 168, 0) in builds and {f for f, _, _ in builds} == {"sm80", "sm90"}
     reranked = [t for t in store.trials() if t["phase"] == "rerank"]
     assert {t["config"]["family"] for t in reranked} == {"sm80", "sm90"}
     assert all(t["study"].split("/")[1] == t["config"]["family"] for t in reranked)
 
-    assert main(["best", *shape_args(problem), "--db", db, "--json",
-                 str(tmp_path / "best.json")]) == 0
+    assert (
+        main(["best", *shape_args(problem), "--db", db, "--json", str(tmp_path / "best.json")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "exact match" in out and f"family: sm90 ({name})" in out
     assert json.loads((tmp_path / "best.json").read_text())["family"] == "sm90"
@@ -193,8 +265,9 @@ def test_the_fastest_family_wins_and_dispatch_runs_it(
     assert decision.measured_us == pytest.approx(best80 / 1.25)
 
 
-def test_a_slower_family_loses(sm80: dict[str, Any], problem: Problem, tmp_path: Path,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slower_family_loses(
+    sm80: dict[str, Any], problem: Problem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # slower than every recorded sm80 config: whatever the sm80 search finds beats it
     worst80 = max(sm80_medians(sm80, problem))
     slow = sm90_recording(sm80, problem, fastest_us=1.1 * worst80, others_us=1.2 * worst80)
@@ -218,24 +291,57 @@ def test_a_slower_family_loses(sm80: dict[str, Any], problem: Problem, tmp_path:
 
 
 def test_one_family_asked_for_searches_only_that_family(
-        sm80: dict[str, Any], problem: Problem, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    sm80: dict[str, Any], problem: Problem, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     recording = tmp_path / "sweep_sm90.json"
-    recording.write_text(json.dumps(sm90_recording(sm80, problem, fastest_us=50.0,
-                                                   others_us=100.0)))
+    recording.write_text(
+        json.dumps(sm90_recording(sm80, problem, fastest_us=50.0, others_us=100.0))
+    )
     db = f"sqlite:///{tmp_path}/one.db"
     replay = ["--replay", str(SM80_RECORDING), "--replay", str(recording)]
-    assert main(["tune", "--without-sdpa", *shape_args(problem), *replay, "--family", "sm80",
-                 "--trials", "6",
-                 "--db", db, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--without-sdpa",
+                *shape_args(problem),
+                *replay,
+                "--family",
+                "sm80",
+                "--trials",
+                "6",
+                "--db",
+                db,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert study_families(db) == {"sm80"}  # on an sm_90 target, yet no sm90 study
     assert "fwd_sm90_" not in table and "*" not in table
     assert {t["config"]["family"] for t in TuningStore(db).trials()} == {"sm80"}
     # a comma list searches both; the sm80 best tuned above competes again and loses
-    assert main(["tune", "--without-sdpa", *shape_args(problem), *replay, "--family",
-                 "sm80,sm90", "--trials",
-                 "6", "--sampler", "grid", "--db", db, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--without-sdpa",
+                *shape_args(problem),
+                *replay,
+                "--family",
+                "sm80,sm90",
+                "--trials",
+                "6",
+                "--sampler",
+                "grid",
+                "--db",
+                db,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert study_families(db) == {"sm80", "sm90"}
     record = TuningStore(db).best(None, problem)
@@ -245,10 +351,12 @@ def test_one_family_asked_for_searches_only_that_family(
 
 
 def test_tuning_one_family_again_cannot_replace_a_faster_one(
-        sm80: dict[str, Any], problem: Problem, tmp_path: Path) -> None:
+    sm80: dict[str, Any], problem: Problem, tmp_path: Path
+) -> None:
     best80 = min(sm80_medians(sm80, problem))
-    backend = ReplayBackend([sm80, sm90_recording(sm80, problem, fastest_us=best80 / 1.25,
-                                                  others_us=2 * best80)])
+    backend = ReplayBackend(
+        [sm80, sm90_recording(sm80, problem, fastest_us=best80 / 1.25, others_us=2 * best80)]
+    )
     store = TuningStore(f"sqlite:///{tmp_path}/again.db")
     grid = kernel_settings(sampler="grid", trials=8)
     first = tune_problem(problem, backend, store, grid)
@@ -261,20 +369,33 @@ def test_tuning_one_family_again_cannot_replace_a_faster_one(
     assert store.best(backend.device(), problem).config == first.best.config  # type: ignore[union-attr]
 
 
-def test_warm_start_enqueues_only_the_searched_family(sm80: dict[str, Any],
-                                                      tmp_path: Path) -> None:
+def test_warm_start_enqueues_only_the_searched_family(
+    sm80: dict[str, Any], tmp_path: Path
+) -> None:
     backend = ReplayBackend(sm80)
-    pairs = [(a, b) for a in backend.problems for b in backend.problems
-             if a != b and a.space_values() == b.space_values()]
+    pairs = [
+        (a, b)
+        for a in backend.problems
+        for b in backend.problems
+        if a != b and a.space_values() == b.space_values()
+    ]
     first, second = pairs[0]
     store = TuningStore(f"sqlite:///{tmp_path}/warm.db")
     # the nearest tuned problem's best is an sm90 config (imported from elsewhere)
     sm90_best = load_space("sm90").valid_configs(H200, first.space_values())[0]
     from autotune.store.records import TrialResult
 
-    store.set_best(backend.device(), first, TrialResult(sm90_best, "ok", median_us=1.0),
-                   measurement_id=None, study="imported", trials=1, sdpa_default_us=None,
-                   sdpa_flash_us=None, source="imported")
+    store.set_best(
+        backend.device(),
+        first,
+        TrialResult(sm90_best, "ok", median_us=1.0),
+        measurement_id=None,
+        study="imported",
+        trials=1,
+        sdpa_default_us=None,
+        sdpa_flash_us=None,
+        source="imported",
+    )
     warm = tune_problem(second, backend, store, kernel_settings(trials=4, seed=5))
     study = optuna.load_study(study_name=warm.study, storage=store.url)
     tried = [Config.from_json(t.user_attrs["config"]) for t in study.trials]
@@ -284,24 +405,44 @@ def test_warm_start_enqueues_only_the_searched_family(sm80: dict[str, Any],
 
 
 def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
-        sm80: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sm80: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`tune --shapes SET --head-dim D --skip-tuned`, run again with another family: the second
     run searches only the new family, and a third run has nothing left to do."""
     full, causal = (Problem(**s["problem"]) for s in sm80["shapes"][:2])
     assert (full.head_dim, full.causal, causal.causal) == (128, False, True)
     shapes = tmp_path / "pieces.toml"
-    shapes.write_text(f'name = "pieces"\ndtypes = ["{full.dtype}"]\nhead_dims = [128, 64]\n'
-                      'causal = [false, true]\n'
-                      f'shapes = [{{ batch = {full.batch}, heads_q = {full.heads_q}, '
-                      f'seqlen = {full.seqlen_q} }}]\n')
+    shapes.write_text(
+        f'name = "pieces"\ndtypes = ["{full.dtype}"]\nhead_dims = [128, 64]\n'
+        "causal = [false, true]\n"
+        f"shapes = [{{ batch = {full.batch}, heads_q = {full.heads_q}, "
+        f"seqlen = {full.seqlen_q} }}]\n"
+    )
     sm90 = sm90_recording(sm80, full, fastest_us=50.0, others_us=100.0)
     sm90["shapes"] += sm90_recording(sm80, causal, fastest_us=50.0, others_us=100.0)["shapes"]
     recording = tmp_path / "sweep_sm90.json"
     recording.write_text(json.dumps(sm90))
     db = f"sqlite:///{tmp_path}/pieces.db"
-    base = ["tune", "--shapes", str(shapes), "--head-dim", "128", "--skip-tuned", "--trials", "6",
-            "--sampler", "grid", "--replay", str(SM80_RECORDING), "--replay", str(recording),
-            "--db", db, "--quiet", "--without-sdpa"]
+    base = [
+        "tune",
+        "--shapes",
+        str(shapes),
+        "--head-dim",
+        "128",
+        "--skip-tuned",
+        "--trials",
+        "6",
+        "--sampler",
+        "grid",
+        "--replay",
+        str(SM80_RECORDING),
+        "--replay",
+        str(recording),
+        "--db",
+        db,
+        "--quiet",
+        "--without-sdpa",
+    ]
 
     def tuned(family: str, out: str) -> list[dict[str, Any]]:
         assert main([*base, "--family", family, "--json", str(tmp_path / out)]) == 0
@@ -321,9 +462,15 @@ def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
     assert store.family_tuned(device, full, study, current_key=lambda c: f"replay-{c.digest}")
     assert not store.family_tuned(device, full, study, current_key=lambda c: "kernel-v2")
     assert store.family_tuned(device, full, study)  # no key given: the old answer
+
     def sm80_searches() -> int:
-        return len([t for t in TuningStore(db).trials() if t["config"]["family"] == "sm80"
-                    and t["phase"] == "search"])
+        return len(
+            [
+                t
+                for t in TuningStore(db).trials()
+                if t["config"]["family"] == "sm80" and t["phase"] == "search"
+            ]
+        )
 
     searched = sm80_searches()
     second = tuned("sm80,sm90", "second.json")
@@ -332,8 +479,20 @@ def test_a_session_in_pieces_narrows_the_set_and_skips_per_family(
     for p in (full, causal):
         assert TuningStore(db).best(None, p).config.family == "sm90"  # type: ignore[union-attr]
     assert tuned("sm80,sm90", "third.json") == []
-    assert main([*base[:5], "--dtype", "bf16" if full.dtype == "fp16" else "fp16",
-                 "--replay", str(SM80_RECORDING), "--db", db]) == 2
+    assert (
+        main(
+            [
+                *base[:5],
+                "--dtype",
+                "bf16" if full.dtype == "fp16" else "fp16",
+                "--replay",
+                str(SM80_RECORDING),
+                "--db",
+                db,
+            ]
+        )
+        == 2
+    )
     assert "no problem of shape set" in capsys.readouterr().err
 
 

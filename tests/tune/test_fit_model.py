@@ -46,15 +46,17 @@ def test_the_json_trees_predict_what_scikit_learn_predicts(data: list[Timing]) -
     names, families, categories = _schema(data)
     x = _matrix(data, names, families, categories)
     y = [math.log(t.median_us) for t in data]
-    learner = GradientBoostingRegressor(loss="quantile", alpha=0.8, n_estimators=25,
-                                        max_depth=3).fit(x, y)
+    learner = GradientBoostingRegressor(
+        loss="quantile", alpha=0.8, n_estimators=25, max_depth=3
+    ).fit(x, y)
     ours = _Ensemble(json.loads(json.dumps(_export(learner))), len(names))
     for row, theirs in zip(x[::7], learner.predict(x[::7]), strict=True):
         assert ours.predict(row) == pytest.approx(float(theirs), abs=1e-9)
 
 
 def test_a_prediction_has_a_range_and_the_model_knows_its_data(
-        doc: dict[str, Any], data: list[Timing]) -> None:
+    doc: dict[str, Any], data: list[Timing]
+) -> None:
     model = PerfModel(doc)
     for t in data[::50]:
         guess = model.predict(t.problem, t.config)
@@ -110,7 +112,10 @@ def test_on_unseen_problems_it_beats_a_throughput_rule(data: list[Timing]) -> No
                 rule.setdefault(t.config.family, []).append(abs(guess / t.median_us - 1))
     for family in ("sm80", "sm90", "sdpa"):
         assert errors[family].median_error < statistics.median(rule[family]), (
-            family, errors[family], statistics.median(rule[family]))
+            family,
+            errors[family],
+            statistics.median(rule[family]),
+        )
         assert 0.2 <= errors[family].covered <= 0.95
 
 
@@ -118,18 +123,73 @@ def test_cli_fit_and_predict(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     db = tmp_path / "h200.db"
     shutil.copy(RECORDED, db)
     out = tmp_path / "model.json"
-    assert main(["model", "fit", "--db", f"sqlite:///{db}", "--out", str(out), "--trees", "20",
-                 "--folds", "2"]) == 0
+    assert (
+        main(
+            [
+                "model",
+                "fit",
+                "--db",
+                f"sqlite:///{db}",
+                "--out",
+                str(out),
+                "--trees",
+                "20",
+                "--folds",
+                "2",
+            ]
+        )
+        == 0
+    )
     said = capsys.readouterr().out
     assert "772 timings of 100 problems on NVIDIA H200" in said and "in p20-p80" in said
-    config = ('{"family": "sm80", "block_m": 128, "block_n": 64, "num_warps": 4, '
-              '"kv_stages": 2, "swizzle": 3, "q_in_regs": true}')
-    assert main(["model", "predict", "--model", str(out), "--config", config, "--batch", "2",
-                 "--heads-q", "16", "--seqlen-q", "3000", "--head-dim", "128"]) == 0
+    config = (
+        '{"family": "sm80", "block_m": 128, "block_n": 64, "num_warps": 4, '
+        '"kv_stages": 2, "swizzle": 3, "q_in_regs": true}'
+    )
+    assert (
+        main(
+            [
+                "model",
+                "predict",
+                "--model",
+                str(out),
+                "--config",
+                config,
+                "--batch",
+                "2",
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "3000",
+                "--head-dim",
+                "128",
+            ]
+        )
+        == 0
+    )
     assert "us (p20-p80" in capsys.readouterr().out
     out.write_text(out.read_text().replace('"trees":20', '"trees":21'))
-    assert main(["model", "predict", "--model", str(out), "--config", config, "--batch", "2",
-                 "--heads-q", "16", "--seqlen-q", "3000", "--head-dim", "128"]) == 2
+    assert (
+        main(
+            [
+                "model",
+                "predict",
+                "--model",
+                str(out),
+                "--config",
+                config,
+                "--batch",
+                "2",
+                "--heads-q",
+                "16",
+                "--seqlen-q",
+                "3000",
+                "--head-dim",
+                "128",
+            ]
+        )
+        == 2
+    )
     assert "digest does not match" in capsys.readouterr().err
 
 

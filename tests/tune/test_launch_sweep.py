@@ -27,17 +27,20 @@ def backend() -> ReplayBackend:
 
 
 def _settings(**values: object) -> SearchSettings:
-    return SearchSettings(sdpa_finalists=False, warm_start=0, rerank_top=1,
-                          **values)  # type: ignore[arg-type]
+    return SearchSettings(sdpa_finalists=False, warm_start=0, rerank_top=1, **values)  # type: ignore[arg-type]
 
 
 def _search_rows(store: TuningStore, problem: object) -> list[dict[str, object]]:
-    return [t for t in store.trials(problem=problem)  # type: ignore[arg-type]
-            if t["phase"] == "search"]
+    return [
+        t
+        for t in store.trials(problem=problem)  # type: ignore[arg-type]
+        if t["phase"] == "search"
+    ]
 
 
 def test_every_split_count_of_each_build_is_timed_and_trials_count_builds(
-        backend: ReplayBackend, tmp_path: Path) -> None:
+    backend: ReplayBackend, tmp_path: Path
+) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     problem = backend.problems[0]  # B1 H32/8 Lq1 Lk8k: every split count is valid
     outcome = tune_problem(problem, backend, store, _settings(trials=3, seed=1))
@@ -50,21 +53,28 @@ def test_every_split_count_of_each_build_is_timed_and_trials_count_builds(
     assert len(builds) == 3 and all(s == set(SPLITS) for s in builds.values()), builds
     assert family.evaluated == 3 * len(SPLITS) and family.swept == 3 * (len(SPLITS) - 1)
     # each swept value is a complete trial of the study, so the sampler learns from it
-    study = Study(study_name(backend.device(), "decode", problem), store.url, None,
-                  load_space("decode"), problem.space_values())
+    study = Study(
+        study_name(backend.device(), "decode", problem),
+        store.url,
+        None,
+        load_space("decode"),
+        problem.space_values(),
+    )
     assert len(study.knowledge(backend.build_key).known) == 3 * len(SPLITS)
 
 
 def test_without_the_sweep_trials_count_configs(backend: ReplayBackend, tmp_path: Path) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
-    outcome = tune_problem(backend.problems[0], backend, store,
-                           _settings(trials=3, seed=1, sweep_launch=False))
+    outcome = tune_problem(
+        backend.problems[0], backend, store, _settings(trials=3, seed=1, sweep_launch=False)
+    )
     [family] = outcome.families
     assert family.evaluated == 3 and family.swept == 0
 
 
-def test_a_resumed_session_counts_the_builds_it_ran(backend: ReplayBackend,
-                                                    tmp_path: Path) -> None:
+def test_a_resumed_session_counts_the_builds_it_ran(
+    backend: ReplayBackend, tmp_path: Path
+) -> None:
     """`resume` (what a worker's item runs with) keeps the builds already searched today, not
     the configs: a budget of 3 after 2 builds adds one build, with its split counts."""
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
@@ -86,12 +96,14 @@ class _SettledSampler:
     def infer_relative_search_space(self, study: object, trial: object) -> dict[str, object]:
         return {}
 
-    def sample_relative(self, study: object, trial: object,
-                        space: dict[str, object]) -> dict[str, object]:
+    def sample_relative(
+        self, study: object, trial: object, space: dict[str, object]
+    ) -> dict[str, object]:
         return {}
 
-    def sample_independent(self, study: object, trial: object, name: str,
-                           distribution: object) -> object:
+    def sample_independent(
+        self, study: object, trial: object, name: str, distribution: object
+    ) -> object:
         return self.values[name]
 
     def before_trial(self, study: object, trial: object) -> None:
@@ -105,7 +117,8 @@ class _SettledSampler:
 
 
 def test_a_sampler_settled_on_one_build_still_gets_its_budget_of_builds(
-        backend: ReplayBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: ReplayBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once every launch value of the build the sampler keeps proposing is timed, its
     proposals are all repeats: configs of builds not yet measured are queued among them, so
     the search makes its `trials` builds instead of stopping after 200 repeats."""
@@ -121,8 +134,16 @@ def test_a_sampler_settled_on_one_build_still_gets_its_budget_of_builds(
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     outcome = tune_problem(problem, backend, store, _settings(trials=4, seed=1))
     [family] = outcome.families
-    builds = {json.dumps({k: v for k, v in dict(row["config"]).items()  # type: ignore[call-overload]
-                          if k != "num_splits"}, sort_keys=True)
-              for row in _search_rows(store, problem)}
+    builds = {
+        json.dumps(
+            {
+                k: v
+                for k, v in dict(row["config"]).items()  # type: ignore[call-overload]
+                if k != "num_splits"
+            },
+            sort_keys=True,
+        )
+        for row in _search_rows(store, problem)
+    }
     assert len(builds) == 4, (len(builds), family.repeated)
     assert family.repeated < loop.STALE_ASKS

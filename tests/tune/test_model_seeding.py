@@ -48,9 +48,13 @@ class _Study:
 
 
 def _configs(n: int) -> list[Config]:
-    return [Config.make("sdpa", {"backend": b, "head_dim": 64 + 64 * i, "dtype": "fp16",
-                                 "causal": False})
-            for i in range(n) for b in ("flash",)]
+    return [
+        Config.make(
+            "sdpa", {"backend": b, "head_dim": 64 + 64 * i, "dtype": "fp16", "causal": False}
+        )
+        for i in range(n)
+        for b in ("flash",)
+    ]
 
 
 def _run(strategy: ModelRanked, times: dict[str, float]) -> list[Config]:
@@ -66,8 +70,10 @@ def test_it_stops_once_the_leader_is_separated() -> None:
     times = {c.digest: t for c, t in zip(configs, (11, 13, 33, 44), strict=True)}
 
     def ranked(low: float) -> list[tuple[Config, Prediction]]:
-        return [(c, Prediction(m, low * m, 1.1 * m))
-                for c, m in zip(configs, (10, 12, 13, 40), strict=True)]
+        return [
+            (c, Prediction(m, low * m, 1.1 * m))
+            for c, m in zip(configs, (10, 12, 13, 40), strict=True)
+        ]
 
     # Measured 11 and 13 against 10 and 12 predicted: the model reads at least 8% slow here,
     # so the third (hoped at 0.9 * 13 * 1.083 = 12.7 us) cannot beat 11: nothing more timed.
@@ -81,11 +87,14 @@ def test_it_stops_once_the_leader_is_separated() -> None:
 
 def test_it_asks_what_the_queue_holds_first_and_skips_what_is_known() -> None:
     configs = _configs(3)
-    ranked = [(c, Prediction(10.0 * (i + 1), 9.0 * (i + 1), 11.0 * (i + 1)))
-              for i, c in enumerate(configs)]
+    ranked = [
+        (c, Prediction(10.0 * (i + 1), 9.0 * (i + 1), 11.0 * (i + 1)))
+        for i, c in enumerate(configs)
+    ]
     study = _Study()
-    seed = Config.make("sdpa", {"backend": "cudnn", "head_dim": 64, "dtype": "fp16",
-                                "causal": False})
+    seed = Config.make(
+        "sdpa", {"backend": "cudnn", "head_dim": 64, "dtype": "fp16", "causal": False}
+    )
     study.enqueue([seed])
     strategy = ModelRanked(study, ranked, {configs[0].digest: None})  # it failed before
     first = strategy.propose()
@@ -107,38 +116,53 @@ def _leave_one_out(problem: Problem, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("index", [1, 4, 7])
-def test_a_problem_the_model_never_saw_ends_within_two_percent(index: int,
-                                                              tmp_path: Path) -> None:
+def test_a_problem_the_model_never_saw_ends_within_two_percent(index: int, tmp_path: Path) -> None:
     backend = ReplayBackend(SM90)
     problem = backend.problems[index]
     model = _leave_one_out(problem, tmp_path)
-    exhaustive = min(r["median_us"] for r in backend.rows(problem, "sm90")
-                     if r.get("median_us"))
+    exhaustive = min(r["median_us"] for r in backend.rows(problem, "sm90") if r.get("median_us"))
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
-    settings = SearchSettings(sampler="model", perf_model=str(model), trials=6, prebuild=12,
-                              batch_size=2, rerank_top=2, warm_start=0)
+    settings = SearchSettings(
+        sampler="model",
+        perf_model=str(model),
+        trials=6,
+        prebuild=12,
+        batch_size=2,
+        rerank_top=2,
+        warm_start=0,
+    )
     outcome = tune_problem(problem, backend, store, settings, families=["sm90"])
     (family,) = outcome.families
     assert 2 <= family.evaluated <= 6
-    searched = [t["median_us"] for t in store.trials() if t["config"]["family"] == "sm90"
-                and t["status"] == "ok"]
+    searched = [
+        t["median_us"]
+        for t in store.trials()
+        if t["config"]["family"] == "sm90" and t["status"] == "ok"
+    ]
     assert min(searched) <= 1.02 * exhaustive
     # One build of everything it would time, before any timing; nothing compiled after.
     first = backend.build_calls[: len(set(backend.build_calls))]
-    timed = {Config.from_dict(t["config"]) for t in store.trials()
-             if t["config"]["family"] == "sm90"}
+    timed = {
+        Config.from_dict(t["config"]) for t in store.trials() if t["config"]["family"] == "sm90"
+    }
     assert timed <= set(first)
 
 
-def test_without_a_model_for_the_gpu_it_says_what_to_do(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_model_for_the_gpu_it_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import autotune.model.perf_model as perf_model
 
     monkeypatch.setattr(perf_model, "shipped_perf_model", lambda name: None)
     backend = ReplayBackend(SM90)
     with pytest.raises(ValueError, match="model fit"):
-        tune_problem(backend.problems[0], backend, TuningStore(f"sqlite:///{tmp_path}/t.db"),
-                     SearchSettings(sampler="model"), families=["sm90"])
+        tune_problem(
+            backend.problems[0],
+            backend,
+            TuningStore(f"sqlite:///{tmp_path}/t.db"),
+            SearchSettings(sampler="model"),
+            families=["sm90"],
+        )
 
 
 def test_the_shipped_model_is_found_and_not_taken_for_results() -> None:
@@ -146,8 +170,7 @@ def test_the_shipped_model_is_found_and_not_taken_for_results() -> None:
     from autotune.model.perf_model import shipped_perf_model
     from autotune.runtime import shipped_results
 
-    assert shipped_model_files() and not set(shipped_model_files()) & set(
-        shipped_results_files())
+    assert shipped_model_files() and not set(shipped_model_files()) & set(shipped_results_files())
     assert all(doc["format"] == "cute-autotune-results" for doc in shipped_results())
     model = shipped_perf_model("NVIDIA H200")
     assert model is not None and {"sm80", "sm90", "decode", "sdpa"} <= set(model.families)
@@ -158,9 +181,19 @@ def test_quick_settings_and_what_overrides_them() -> None:
     from autotune.cli.tuning import search_settings
 
     def args(**given: Any) -> argparse.Namespace:
-        base = {"quick": False, "sampler": None, "trials": None, "batch_size": None,
-                "rerank_top": None, "perf_model": None, "seed": 0, "time_budget": None,
-                "no_reuse": False, "skip_tuned": False, "without_sdpa": False}
+        base = {
+            "quick": False,
+            "sampler": None,
+            "trials": None,
+            "batch_size": None,
+            "rerank_top": None,
+            "perf_model": None,
+            "seed": 0,
+            "time_budget": None,
+            "no_reuse": False,
+            "skip_tuned": False,
+            "without_sdpa": False,
+        }
         return argparse.Namespace(**{**base, **given})
 
     plain = search_settings(args())
@@ -171,17 +204,35 @@ def test_quick_settings_and_what_overrides_them() -> None:
     assert (mine.sampler, mine.trials, mine.perf_model) == ("model", 3, "m.json")
 
 
-def test_cli_tune_quick_on_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                       ) -> None:
+def test_cli_tune_quick_on_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from autotune.cli.main import main
 
     backend = ReplayBackend(SM90)
     problem = backend.problems[2]
     model = _leave_one_out(problem, tmp_path)
-    code = main(["tune", "--quick", "--perf-model", str(model), "--replay", str(SM90),
-                 "--db", f"sqlite:///{tmp_path}/cli.db", "--quiet", "--batch", str(problem.batch),
-                 "--heads-q", str(problem.heads_q), "--seqlen-q", str(problem.seqlen_q),
-                 "--head-dim", str(problem.head_dim), "--dtype", problem.dtype])
+    code = main(
+        [
+            "tune",
+            "--quick",
+            "--perf-model",
+            str(model),
+            "--replay",
+            str(SM90),
+            "--db",
+            f"sqlite:///{tmp_path}/cli.db",
+            "--quiet",
+            "--batch",
+            str(problem.batch),
+            "--heads-q",
+            str(problem.heads_q),
+            "--seqlen-q",
+            str(problem.seqlen_q),
+            "--head-dim",
+            str(problem.head_dim),
+            "--dtype",
+            problem.dtype,
+        ]
+    )
     assert code == 0
     assert TuningStore(f"sqlite:///{tmp_path}/cli.db").best(backend.device(), problem)
     capsys.readouterr()
@@ -210,11 +261,20 @@ def test_quick_tunes_the_shipped_seed_first(tmp_path: Path) -> None:
     backend = ReplayBackend(SM90)
     problem = backend.problems[2]  # B4 H16 L2048 D128 fp16, shipped with an sm90 best
     model = _leave_one_out(problem, tmp_path)
-    settings = SearchSettings(sampler="model", perf_model=str(model), trials=6, prebuild=12,
-                              batch_size=2, rerank_top=2, warm_start=1, seed_heuristic=False)
+    settings = SearchSettings(
+        sampler="model",
+        perf_model=str(model),
+        trials=6,
+        prebuild=12,
+        batch_size=2,
+        rerank_top=2,
+        warm_start=1,
+        seed_heuristic=False,
+    )
     from autotune.tune.model_seeding import shipped_seeds
 
     (seed,) = shipped_seeds(problem, "sm90", backend.device())
-    tune_problem(problem, backend, TuningStore(f"sqlite:///{tmp_path}/t.db"), settings,
-                 families=["sm90"])
+    tune_problem(
+        problem, backend, TuningStore(f"sqlite:///{tmp_path}/t.db"), settings, families=["sm90"]
+    )
     assert seed in backend.build_calls[: len(set(backend.build_calls))]

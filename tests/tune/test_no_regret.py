@@ -38,8 +38,15 @@ def sdpa(problem: Problem, backend: str = "default") -> Config:
 
 
 def sm80(problem: Problem, **tile: Any) -> Config:
-    values = {"block_m": 128, "block_n": 64, "num_warps": 8, "kv_stages": 3, "swizzle": 3,
-              "q_in_regs": True, **tile}
+    values = {
+        "block_m": 128,
+        "block_n": 64,
+        "num_warps": 8,
+        "kv_stages": 3,
+        "swizzle": 3,
+        "q_in_regs": True,
+        **tile,
+    }
     return load_space("sm80").config(**problem.space_values(), **values)
 
 
@@ -48,8 +55,9 @@ def recording() -> dict[str, Any]:
     return dict(json.loads(RECORDING.read_text()))
 
 
-def test_sdpa_is_a_finalist_and_wins_where_it_is_faster(tmp_path: Path,
-                                                        recording: dict[str, Any]) -> None:
+def test_sdpa_is_a_finalist_and_wins_where_it_is_faster(
+    tmp_path: Path, recording: dict[str, Any]
+) -> None:
     backend = ReplayBackend(recording)
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     problem = backend.problems[0]
@@ -64,13 +72,18 @@ def test_sdpa_is_a_finalist_and_wins_where_it_is_faster(tmp_path: Path,
     assert best.config.family == "sdpa"  # cuDNN's Hopper kernel beats sm80 on an H200
     assert best.decision and best.speedup_vs_default and best.speedup_vs_default >= 1.0
     # studying the kernels alone leaves SDPA out, as before
-    alone = tune_problem(problem, backend, TuningStore(f"sqlite:///{tmp_path}/k.db"),
-                         SearchSettings(trials=8, seed=0, sdpa_finalists=False))
+    alone = tune_problem(
+        problem,
+        backend,
+        TuningStore(f"sqlite:///{tmp_path}/k.db"),
+        SearchSettings(trials=8, seed=0, sdpa_finalists=False),
+    )
     assert alone.best is not None and alone.best.config.family == "sm80"
 
 
-def test_family_sdpa_alone_only_reranks_the_backends(tmp_path: Path,
-                                                     recording: dict[str, Any]) -> None:
+def test_family_sdpa_alone_only_reranks_the_backends(
+    tmp_path: Path, recording: dict[str, Any]
+) -> None:
     backend = ReplayBackend(recording)
     store = TuningStore(f"sqlite:///{tmp_path}/t.db")
     problem = backend.problems[0]
@@ -81,8 +94,7 @@ def test_family_sdpa_alone_only_reranks_the_backends(tmp_path: Path,
 
 
 def reranked(config: Config, median: float, p20: float, p80: float) -> _Reranked:
-    return _Reranked(TrialResult(config, "ok", median_us=median, p20_us=p20, p80_us=p80), 0,
-                     "s")
+    return _Reranked(TrialResult(config, "ok", median_us=median, p20_us=p20, p80_us=p80), 0, "s")
 
 
 def build(config: Config, registers: int, smem: int) -> BuildResult:
@@ -93,16 +105,18 @@ def build(config: Config, registers: int, smem: int) -> BuildResult:
 
 def test_ranges_apart_the_fastest_wins() -> None:
     fast, slow = sm80(P), sm80(P, num_warps=4)
-    winner, decision, other = choose_winner([reranked(slow, 110, 108, 112),
-                                             reranked(fast, 100, 99, 101)])
+    winner, decision, other = choose_winner(
+        [reranked(slow, 110, 108, 112), reranked(fast, 100, 99, 101)]
+    )
     assert winner is not None and winner.result.config == fast
     assert decision.startswith("fastest: 10.0% ahead") and other is not None
 
 
 def test_a_tie_goes_to_sdpa() -> None:
     kernel, torch_sdpa = sm80(P), sdpa(P, "cudnn")
-    winner, decision, other = choose_winner([reranked(kernel, 100, 98, 103),
-                                             reranked(torch_sdpa, 101, 99, 104)])
+    winner, decision, other = choose_winner(
+        [reranked(kernel, 100, 98, 103), reranked(torch_sdpa, 101, 99, 104)]
+    )
     assert winner is not None and winner.result.config == torch_sdpa
     assert "torch SDPA preferred" in decision and other is not None
     assert other.config == kernel
@@ -137,9 +151,17 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
 
 def store_best(db: str, problem: Problem, config: Config, us: float, sdpa_us: float) -> None:
-    TuningStore(db).set_best(H200, problem, TrialResult(config, "ok", median_us=us),
-                             measurement_id=None, study="s", trials=1, sdpa_default_us=sdpa_us,
-                             sdpa_flash_us=None, decision="fastest")
+    TuningStore(db).set_best(
+        H200,
+        problem,
+        TrialResult(config, "ok", median_us=us),
+        measurement_id=None,
+        study="s",
+        trials=1,
+        sdpa_default_us=sdpa_us,
+        sdpa_flash_us=None,
+        decision="fastest",
+    )
 
 
 def test_dispatch_runs_an_sdpa_winner_and_its_nearest_neighbours(make) -> None:  # type: ignore[no-untyped-def]
@@ -185,7 +207,14 @@ def test_a_kernel_slower_than_sdpa_does_not_open_its_region(make) -> None:  # ty
 
 def test_lq_buckets() -> None:
     assert [lq_bucket(n) for n in (1, 2, 16, 17, 128, 129, 8192)] == [
-        "1", "2-16", "2-16", "17-128", "17-128", ">128", ">128"]
+        "1",
+        "2-16",
+        "2-16",
+        "17-128",
+        "17-128",
+        ">128",
+        ">128",
+    ]
 
 
 def test_llm_decode_shape_set() -> None:
@@ -203,17 +232,31 @@ def test_llm_decode_shape_set() -> None:
 
 def test_environment_decision_and_spread_survive_export_and_import(tmp_path: Path) -> None:
     source = TuningStore(f"sqlite:///{tmp_path}/a.db")
-    env = Environment("flushed-alternating-1", "580.159.04", "13.0", "2.11.0+cu130", "91900",
-                      1755.0, 690.0)
-    result = TrialResult(sdpa(P, "cudnn"), "ok", median_us=200.0, p20_us=198.0, p80_us=203.0,
-                         env=env)
-    source.set_best(H200, P, result, measurement_id=None, study="s", trials=1,
-                    sdpa_default_us=205.0, sdpa_flash_us=400.0, decision="tie: torch SDPA "
-                    "preferred", runner_up_us=201.0)
+    env = Environment(
+        "flushed-alternating-1", "580.159.04", "13.0", "2.11.0+cu130", "91900", 1755.0, 690.0
+    )
+    result = TrialResult(
+        sdpa(P, "cudnn"), "ok", median_us=200.0, p20_us=198.0, p80_us=203.0, env=env
+    )
+    source.set_best(
+        H200,
+        P,
+        result,
+        measurement_id=None,
+        study="s",
+        trials=1,
+        sdpa_default_us=205.0,
+        sdpa_flash_us=400.0,
+        decision="tie: torch SDPA preferred",
+        runner_up_us=201.0,
+    )
     exported = source.export()
     entry = exported["results"][0]
     assert (entry["torch_version"], entry["cudnn_version"], entry["regime"]) == (
-        "2.11.0+cu130", "91900", "flushed-alternating-1")
+        "2.11.0+cu130",
+        "91900",
+        "flushed-alternating-1",
+    )
     target = TuningStore(f"sqlite:///{tmp_path}/b.db")
     target.import_results(json.loads(json.dumps(exported)))
     best = target.best(H200, P)
@@ -224,10 +267,17 @@ def test_environment_decision_and_spread_survive_export_and_import(tmp_path: Pat
 
 def test_measurements_keep_their_environment(tmp_path: Path) -> None:
     store = TuningStore(f"sqlite:///{tmp_path}/a.db")
-    env = Environment("flushed-alternating-1", "580.159.04", "13.0", "2.11.0", "91900", 1600.0,
-                      700.0)
-    store.record_trial(H200, P, TrialResult(sm80(P), "ok", median_us=300.0, p20_us=299.0,
-                                            p80_us=302.0, env=env),
-                       build=None, study="s", phase="rerank", baseline_us=280.0)
+    env = Environment(
+        "flushed-alternating-1", "580.159.04", "13.0", "2.11.0", "91900", 1600.0, 700.0
+    )
+    store.record_trial(
+        H200,
+        P,
+        TrialResult(sm80(P), "ok", median_us=300.0, p20_us=299.0, p80_us=302.0, env=env),
+        build=None,
+        study="s",
+        phase="rerank",
+        baseline_us=280.0,
+    )
     found = store.find_trial(H200, P, sm80(P), None)
     assert found is not None and found.env == env

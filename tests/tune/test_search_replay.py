@@ -29,11 +29,15 @@ def kernel_settings(**values: object) -> SearchSettings:
     the final re-ranking (tests/tune/test_no_regret.py covers them in it)."""
     return SearchSettings(sdpa_finalists=False, **values)  # type: ignore[arg-type]
 
+
 REPO = Path(__file__).resolve().parents[2]
 # every seed in a long run (tests/conftest.py), the first in the default run
 SEEDS = range(3) if LONG else range(1)
-RECORDING = Path(os.environ.get("CUTE_AUTOTUNE_TEST_RECORDING",
-                                REPO / "tests" / "data" / "sweep_sm80_h200.json"))
+RECORDING = Path(
+    os.environ.get(
+        "CUTE_AUTOTUNE_TEST_RECORDING", REPO / "tests" / "data" / "sweep_sm80_h200.json"
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +73,14 @@ def test_end_to_end_study_then_best(backend: ReplayBackend, store: TuningStore) 
     phases = {t["phase"] for t in store.trials(study=outcome.study)}
     assert phases == {"search", "rerank"}  # the winner comes from the re-timing
     study = optuna.load_study(study_name=outcome.study, storage=store.url)
-    assert study.best_value == pytest.approx(min(
-        t.value for t in study.trials if t.value is not None))
+    assert study.best_value == pytest.approx(
+        min(t.value for t in study.trials if t.value is not None)
+    )
 
 
-def test_static_pruning_never_reaches_the_compiler(backend: ReplayBackend,
-                                                   store: TuningStore) -> None:
+def test_static_pruning_never_reaches_the_compiler(
+    backend: ReplayBackend, store: TuningStore
+) -> None:
     problem = backend.problems[0]
     outcome = tune_problem(problem, backend, store, kernel_settings(trials=25, seed=1))
     space, target = load_space("sm80"), backend.target()
@@ -86,22 +92,28 @@ def test_static_pruning_never_reaches_the_compiler(backend: ReplayBackend,
     assert all(t.user_attrs["status"] == "invalid" and t.user_attrs["reason"] for t in pruned)
 
 
-def test_failures_are_recorded_with_their_reasons(backend: ReplayBackend, store: TuningStore,
-                                                  recording: dict[str, Any]) -> None:
+def test_failures_are_recorded_with_their_reasons(
+    backend: ReplayBackend, store: TuningStore, recording: dict[str, Any]
+) -> None:
     problem = backend.problems[0]
     space, target = load_space("sm80"), backend.target()
     configs = space.valid_configs(target, problem.space_values())
-    faults = {configs[0].digest: ("crashed", "worker process died (exit code -11)"),
-              configs[1].digest: ("timeout", "no answer within 120 s (hang?)"),
-              configs[2].digest: ("failed_validation", "relative error 3.1e-01 above 1.0e-03")}
+    faults = {
+        configs[0].digest: ("crashed", "worker process died (exit code -11)"),
+        configs[1].digest: ("timeout", "no answer within 120 s (hang?)"),
+        configs[2].digest: ("failed_validation", "relative error 3.1e-01 above 1.0e-03"),
+    }
     faulty = ReplayBackend(recording, faults=faults)
     outcome = tune_problem(problem, faulty, store, kernel_settings(sampler="grid", trials=400))
     assert outcome.failed == 3
     statuses = {(t["status"], t["reason"]) for t in store.trials(study=outcome.study)}
     assert set(faults.values()) <= statuses
     study = optuna.load_study(study_name=outcome.study, storage=store.url)
-    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL
-              and t.user_attrs["status"] != "repeat"]
+    failed = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.FAIL and t.user_attrs["status"] != "repeat"
+    ]
     assert {t.user_attrs["reason"] for t in failed} == {r for _, r in faults.values()}
     assert outcome.best is not None and outcome.best.config.digest not in faults
 
@@ -128,8 +140,9 @@ def test_measurements_are_reused_not_retimed(backend: ReplayBackend, store: Tuni
     # the same ten configs come first again: served from the database, never rebuilt or timed
     assert again.reused == 10 and again.evaluated == 10
     rebuilt = {c.digest for c in backend.build_calls}
-    assert len(measured) == 10 and not (measured & rebuilt - {r.config.digest for r in
-                                                              again.finalists})
+    assert len(measured) == 10 and not (
+        measured & rebuilt - {r.config.digest for r in again.finalists}
+    )
     assert again.best is not None
 
 
@@ -143,24 +156,31 @@ def test_grid_search_is_exhaustive(backend: ReplayBackend, store: TuningStore) -
     assert outcome.best.median_us == pytest.approx(exhaustive_best(backend, problem))
 
 
-def test_grid_search_stops_when_the_grid_is_done(backend: ReplayBackend,
-                                                 store: TuningStore) -> None:
+def test_grid_search_stops_when_the_grid_is_done(
+    backend: ReplayBackend, store: TuningStore
+) -> None:
     """The last batch is not filled up with random proposals: the study holds each valid
     config once and nothing else (the space's valid count is no multiple of the batch)."""
     problem = backend.problems[0]
     valid = len(load_space("sm80").valid_configs(backend.target(), problem.space_values()))
     assert valid % 4, "the last batch is full: the test would prove nothing"
-    outcome = tune_problem(problem, backend, store,
-                           kernel_settings(sampler="grid", trials=1000, batch_size=4))
+    outcome = tune_problem(
+        problem, backend, store, kernel_settings(sampler="grid", trials=1000, batch_size=4)
+    )
     study = optuna.load_study(study_name=outcome.study, storage=store.url)
     assert outcome.evaluated == len(study.trials) == valid and outcome.pruned == 0
     assert len({t.user_attrs["digest"] for t in study.trials}) == valid
 
 
-def test_warm_start_tries_the_nearest_tuned_best_first(backend: ReplayBackend,
-                                                       store: TuningStore) -> None:
-    pairs = [(a, b) for a in backend.problems for b in backend.problems
-             if a != b and a.space_values() == b.space_values()]
+def test_warm_start_tries_the_nearest_tuned_best_first(
+    backend: ReplayBackend, store: TuningStore
+) -> None:
+    pairs = [
+        (a, b)
+        for a in backend.problems
+        for b in backend.problems
+        if a != b and a.space_values() == b.space_values()
+    ]
     if not pairs:
         pytest.fail("the recording needs two shapes of one problem class for this test")
     first, second = pairs[0]
@@ -176,11 +196,24 @@ def test_cli_tune_best_export_import(tmp_path: Path, capsys: pytest.CaptureFixtu
     db, other = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
     recording = json.loads(RECORDING.read_text())
     p = Problem(**recording["shapes"][0]["problem"])
-    shape = ["--batch", str(p.batch), "--heads-q", str(p.heads_q), "--heads-kv",
-             str(p.heads_kv), "--seqlen-q", str(p.seqlen_q), "--head-dim", str(p.head_dim),
-             "--dtype", p.dtype] + (["--causal"] if p.causal else [])
-    assert main(["tune", *shape, "--trials", "10", "--replay", str(RECORDING), "--db", db,
-                 "--quiet"]) == 0
+    shape = [
+        "--batch",
+        str(p.batch),
+        "--heads-q",
+        str(p.heads_q),
+        "--heads-kv",
+        str(p.heads_kv),
+        "--seqlen-q",
+        str(p.seqlen_q),
+        "--head-dim",
+        str(p.head_dim),
+        "--dtype",
+        p.dtype,
+    ] + (["--causal"] if p.causal else [])
+    assert (
+        main(["tune", *shape, "--trials", "10", "--replay", str(RECORDING), "--db", db, "--quiet"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert p.describe() in out and "vs SDPA" in out
     assert main(["best", *shape, "--db", db]) == 0
@@ -193,8 +226,13 @@ def test_cli_tune_best_export_import(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert answer is not None and answer.record.source == "imported"
 
 
-def trials_to_reach(backend: ReplayBackend, problem: Problem, settings: SearchSettings,
-                    factor: float, tmp_path: Path) -> int | None:
+def trials_to_reach(
+    backend: ReplayBackend,
+    problem: Problem,
+    settings: SearchSettings,
+    factor: float,
+    tmp_path: Path,
+) -> int | None:
     """Evaluated trials until the best so far is within `factor` of the exhaustive best."""
     target = exhaustive_best(backend, problem) * factor
     store = TuningStore(f"sqlite:///{tmp_path}/eff-{settings.seed}-{abs(hash(problem))}.db")
@@ -220,8 +258,7 @@ def quarter(backend: ReplayBackend, problem: Problem) -> int:
     return len(load_space("sm80").valid_configs(backend.target(), problem.space_values())) // 4
 
 
-def test_search_efficiency_on_the_recorded_sweeps(backend: ReplayBackend,
-                                                  tmp_path: Path) -> None:
+def test_search_efficiency_on_the_recorded_sweeps(backend: ReplayBackend, tmp_path: Path) -> None:
     """The default search (TPE, local refinement, the family's default tile tried first)
     reaches within 2% of the exhaustive best within a quarter of the valid configs, on every
     recorded shape, for every seed."""
@@ -234,15 +271,17 @@ def test_search_efficiency_on_the_recorded_sweeps(backend: ReplayBackend,
     assert not misses, misses
 
 
-def test_search_efficiency_without_the_default_tile(backend: ReplayBackend,
-                                                    tmp_path: Path) -> None:
+def test_search_efficiency_without_the_default_tile(
+    backend: ReplayBackend, tmp_path: Path
+) -> None:
     """Without the default tile as a first guess the search still gets within 5% of the best in
     a quarter of the space every time, and within 2% in at least three runs out of four."""
     within_2, runs, misses_5 = 0, 0, []
     for problem in backend.problems:
         for seed in range(3):  # a share of runs: every seed, always
-            settings = kernel_settings(trials=quarter(backend, problem), seed=seed, warm_start=0,
-                                      seed_heuristic=False)
+            settings = kernel_settings(
+                trials=quarter(backend, problem), seed=seed, warm_start=0, seed_heuristic=False
+            )
             runs += 1
             if trials_to_reach(backend, problem, settings, 1.02, tmp_path) is not None:
                 within_2 += 1
@@ -257,15 +296,21 @@ def test_study_names_are_stable(backend: ReplayBackend) -> None:
     assert name.endswith("/sm80/bf16-d128-causal-b4-hq16-hkv4-lq2048-lk1024")
 
 
-def test_every_session_times_sdpa_again(backend: ReplayBackend, store: TuningStore,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_session_times_sdpa_again(
+    backend: ReplayBackend, store: TuningStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The speed-up stored with a best config divides two timings of the same run."""
     problem = backend.problems[0]
     tune_problem(problem, backend, store, kernel_settings(trials=2, seed=0))
     first = store.latest_baselines(backend.device(), problem)["default"].median_us
     recorded = backend.baselines(problem)
-    monkeypatch.setattr(backend, "baselines", lambda p: [
-        type(b)(b.backend, 2 * b.median_us, 2 * b.p20_us, 2 * b.p80_us) for b in recorded])
+    monkeypatch.setattr(
+        backend,
+        "baselines",
+        lambda p: [
+            type(b)(b.backend, 2 * b.median_us, 2 * b.p20_us, 2 * b.p80_us) for b in recorded
+        ],
+    )
     again = tune_problem(problem, backend, store, kernel_settings(trials=2, seed=0))
     assert again.baselines["default"].median_us == 2 * first
     best = store.best(backend.device(), problem)
@@ -276,16 +321,18 @@ class _SdpaBesideFinalists(ReplayBackend):
     """A backend whose re-timing also times SDPA in the same rounds (as the GPU backend's
     does), here slower than the recorded standalone baseline, as under a power cap."""
 
-    def rerank(self, problem: Problem, builds: Any, *, rounds: int,
-               round_ms: float) -> Reranking:
+    def rerank(self, problem: Problem, builds: Any, *, rounds: int, round_ms: float) -> Reranking:
         reranking = super().rerank(problem, builds, rounds=rounds, round_ms=round_ms)
-        beside = [BaselineTiming(b.backend, b.median_us * 1.25, b.p20_us * 1.25,
-                                 b.p80_us * 1.25) for b in self.baselines(problem)]
+        beside = [
+            BaselineTiming(b.backend, b.median_us * 1.25, b.p20_us * 1.25, b.p80_us * 1.25)
+            for b in self.baselines(problem)
+        ]
         return Reranking(reranking.results, beside)
 
 
 def test_the_stored_speedup_uses_sdpa_timed_beside_the_finalists(
-        recording: dict[str, Any], store: TuningStore) -> None:
+    recording: dict[str, Any], store: TuningStore
+) -> None:
     backend = _SdpaBesideFinalists(recording)
     problem = backend.problems[0]
     standalone = {b.backend: b.median_us for b in backend.baselines(problem)}

@@ -28,17 +28,32 @@ def problems() -> list[Problem]:
 
 
 def test_a_second_piece_passes_over_what_the_first_searched(
-        problems: list[Problem], tmp_path: Path) -> None:
+    problems: list[Problem], tmp_path: Path
+) -> None:
     db = f"sqlite:///{tmp_path}/session.db"
     ended: list[Problem] = []
     started: list[int] = []
     with_backend = ReplayBackend([SM80_RECORDING])
     try:
-        first = run_session(problems, db=db, backend=with_backend, settings=SETTINGS,
-                            families=["sm80"], skip_tuned=True,
-                            on_start=lambda i, _: started.append(i), on_end=ended.append)
-        second = run_session(problems, db=db, backend=with_backend, settings=SETTINGS,
-                             families=["sm80"], skip_tuned=True, on_end=ended.append)
+        first = run_session(
+            problems,
+            db=db,
+            backend=with_backend,
+            settings=SETTINGS,
+            families=["sm80"],
+            skip_tuned=True,
+            on_start=lambda i, _: started.append(i),
+            on_end=ended.append,
+        )
+        second = run_session(
+            problems,
+            db=db,
+            backend=with_backend,
+            settings=SETTINGS,
+            families=["sm80"],
+            skip_tuned=True,
+            on_end=ended.append,
+        )
     finally:
         with_backend.close()
     assert [o.problem for o in first.outcomes] == problems and started == [0, 1]
@@ -49,22 +64,32 @@ def test_a_second_piece_passes_over_what_the_first_searched(
 
 
 def test_a_piece_out_of_time_starts_nothing_more_and_says_what_is_left(
-        problems: list[Problem], tmp_path: Path) -> None:
+    problems: list[Problem], tmp_path: Path
+) -> None:
     backend = ReplayBackend([SM80_RECORDING])
     ended: list[Problem] = []
     try:
-        result = run_session(problems, db=f"sqlite:///{tmp_path}/late.db", backend=backend,
-                             settings=SETTINGS, families=["sm80"], stop_after=-1.0,
-                             on_end=ended.append)
+        result = run_session(
+            problems,
+            db=f"sqlite:///{tmp_path}/late.db",
+            backend=backend,
+            settings=SETTINGS,
+            families=["sm80"],
+            stop_after=-1.0,
+            on_end=ended.append,
+        )
     finally:
         backend.close()
     assert result.outcomes == [] and result.skipped == problems and ended == problems
-    assert not (tmp_path / "late.db").exists() or TuningStore(
-        f"sqlite:///{tmp_path}/late.db").list_best() == []
+    assert (
+        not (tmp_path / "late.db").exists()
+        or TuningStore(f"sqlite:///{tmp_path}/late.db").list_best() == []
+    )
 
 
 def test_frequent_misses_rank_by_calls_leave_out_the_tuned_and_keep_what_is_asked(
-        problems: list[Problem], tmp_path: Path) -> None:
+    problems: list[Problem], tmp_path: Path
+) -> None:
     db = f"sqlite:///{tmp_path}/misses.db"
     backend = ReplayBackend([SM80_RECORDING])
     try:
@@ -77,10 +102,14 @@ def test_frequent_misses_rank_by_calls_leave_out_the_tuned_and_keep_what_is_aske
     rare = Problem(1, 8, 8, 333, 333, 64, "fp16", False)
     often = Problem(2, 16, 4, 1, 4097, 128, "bf16", True)
     now = datetime.now(UTC)
-    store.add_misses([(device, tuned, "nearest", 50, now, now),
-                      (device, rare, "nearest", 2, now, now),
-                      (device, often, "nearest", 3, now, now),
-                      (device, often, "sdpa", 4, now, now)])
+    store.add_misses(
+        [
+            (device, tuned, "nearest", 50, now, now),
+            (device, rare, "nearest", 2, now, now),
+            (device, often, "nearest", 3, now, now),
+            (device, often, "sdpa", 4, now, now),
+        ]
+    )
     assert frequent_misses(store, device) == [(often, 7), (rare, 2)]
     assert frequent_misses(store, device, top=1) == [(often, 7)]
     fp16 = frequent_misses(store, device, keep=lambda ps: [p for p in ps if p.dtype == "fp16"])

@@ -58,8 +58,9 @@ def open_study(settings: SearchSettings, name: str = "s", url: str | None = None
     return Study(name, url, sampler_for(settings), SPACE, FIXED)
 
 
-def tell_as_the_loop(strategy: Strategy, proposal: Proposal,
-                     known: dict[str, float | None]) -> None:
+def tell_as_the_loop(
+    strategy: Strategy, proposal: Proposal, known: dict[str, float | None]
+) -> None:
     """Tell a proposal what the loop would: pruned when invalid, a repeat when known, else its
     cost."""
     config = proposal.config
@@ -73,8 +74,12 @@ def tell_as_the_loop(strategy: Strategy, proposal: Proposal,
         strategy.tell(proposal, Outcome(Status.OK, cost(config)))
 
 
-def run(strategy: Strategy, proposals: int, batch: int = 4,
-        known: dict[str, float | None] | None = None) -> list[Proposal]:
+def run(
+    strategy: Strategy,
+    proposals: int,
+    batch: int = 4,
+    known: dict[str, float | None] | None = None,
+) -> list[Proposal]:
     """Up to `proposals` proposals in batches, each told as the loop would; fewer when the
     strategy stops."""
     known = {} if known is None else known
@@ -124,8 +129,11 @@ def test_grid_leaves_out_what_the_study_measured() -> None:
     settings = SETTINGS["grid"]
     known: dict[str, float | None] = {c.digest: cost(c) for c in VALID[::3]}
     known[VALID[1].digest] = None  # failed under today's build: not tried again either
-    made = run(strategy_for(settings, open_study(settings), TARGET, known), 10 * len(VALID),
-               known=dict(known))
+    made = run(
+        strategy_for(settings, open_study(settings), TARGET, known),
+        10 * len(VALID),
+        known=dict(known),
+    )
     assert [p.config for p in made] == [c for c in VALID if c.digest not in known]
 
 
@@ -136,8 +144,9 @@ def test_a_grid_resumed_later_goes_on_where_it_stopped(tmp_path: Path) -> None:
     done = run(first, 5)
     # the next session: what the first one measured is known, the rest is still queued
     known: dict[str, float | None] = {p.config.digest: cost(p.config) for p in done}
-    again = run(strategy_for(settings, open_study(settings, url=url), TARGET, known), 6,
-                known=dict(known))
+    again = run(
+        strategy_for(settings, open_study(settings, url=url), TARGET, known), 6, known=dict(known)
+    )
     assert [p.config for p in done + again] == VALID[:11]
 
 
@@ -160,8 +169,7 @@ def test_warm_start_proposes_the_earlier_best_first(inner: str) -> None:
 
 def test_warm_start_without_seeds_is_the_plain_strategy() -> None:
     settings = SETTINGS["tpe"]
-    assert isinstance(strategy_for(settings, open_study(settings), TARGET, {}, []),
-                      SamplerSearch)
+    assert isinstance(strategy_for(settings, open_study(settings), TARGET, {}, []), SamplerSearch)
 
 
 def test_local_search_queues_untried_neighbours_of_the_best_first() -> None:
@@ -176,8 +184,7 @@ def test_local_search_queues_untried_neighbours_of_the_best_first() -> None:
     made = run(strategy, 6, batch=6)
     assert [p.config for p in made[:3]] == expected  # half the batch
     assert all(any(one_step(p.config, m) for m in measured) for p in made[:3])
-    assert all(SPACE.is_valid(p.config, TARGET) and p.config.digest not in known
-               for p in made[:3])
+    assert all(SPACE.is_valid(p.config, TARGET) and p.config.digest not in known for p in made[:3])
 
 
 def test_local_search_learns_from_what_it_is_told() -> None:
@@ -206,8 +213,9 @@ def one_step(a: Config, b: Config) -> bool:
 def test_the_samplers_record_every_proposal(name: str, tmp_path: Path) -> None:
     """Same seed, same proposals; the study holds one trial per proposal, told as it ended."""
     settings = SETTINGS[name]
-    first, second = (run(strategy_for(settings, open_study(settings), TARGET, {}), 12)
-                     for _ in range(2))
+    first, second = (
+        run(strategy_for(settings, open_study(settings), TARGET, {}), 12) for _ in range(2)
+    )
     assert [p.config for p in first] == [p.config for p in second]
     url = f"sqlite:///{tmp_path}/s.db"
     made = run(strategy_for(settings, open_study(settings, url=url), TARGET, {}), 12)
@@ -220,14 +228,30 @@ def test_the_samplers_record_every_proposal(name: str, tmp_path: Path) -> None:
 
 OUTCOMES: dict[str, tuple[Outcome, optuna.trial.TrialState, float | None, str | None]] = {
     "timed": (Outcome(Status.OK, 12.5), optuna.trial.TrialState.COMPLETE, 12.5, None),
-    "failed": (Outcome(Status.CRASHED, reason="exit -11"), optuna.trial.TrialState.FAIL, None,
-               "exit -11"),
-    "pruned": (Outcome(Status.INVALID, reason="smem", pruned=True),
-               optuna.trial.TrialState.PRUNED, None, "smem"),
-    "repeat of a value": (Outcome(Status.REPEAT, 3.0), optuna.trial.TrialState.COMPLETE, 3.0,
-                          None),
-    "interrupted": (Outcome(Status.INTERRUPTED, reason="the session stopped: KeyboardInterrupt"),
-                    optuna.trial.TrialState.FAIL, None, "the session stopped: KeyboardInterrupt"),
+    "failed": (
+        Outcome(Status.CRASHED, reason="exit -11"),
+        optuna.trial.TrialState.FAIL,
+        None,
+        "exit -11",
+    ),
+    "pruned": (
+        Outcome(Status.INVALID, reason="smem", pruned=True),
+        optuna.trial.TrialState.PRUNED,
+        None,
+        "smem",
+    ),
+    "repeat of a value": (
+        Outcome(Status.REPEAT, 3.0),
+        optuna.trial.TrialState.COMPLETE,
+        3.0,
+        None,
+    ),
+    "interrupted": (
+        Outcome(Status.INTERRUPTED, reason="the session stopped: KeyboardInterrupt"),
+        optuna.trial.TrialState.FAIL,
+        None,
+        "the session stopped: KeyboardInterrupt",
+    ),
 }
 
 
@@ -246,13 +270,19 @@ def test_an_outcome_becomes_the_trial_state_and_attributes(case: str, tmp_path: 
     assert Config.from_json(trial.user_attrs["config"]) == proposal.config
 
 
-@pytest.mark.parametrize(("outcome", "measured"), [
-    (Outcome(Status.OK, 1.0), True), (Outcome(Status.REUSED, 1.0), True),
-    (Outcome(Status.COMPILE_ERROR, reason="ptxas"), True),
-    (Outcome(Status.INVALID, reason="not recorded"), True),  # evaluated, and refused
-    (Outcome(Status.INVALID, reason="smem", pruned=True), False),
-    (Outcome(Status.REPEAT, 1.0), False), (Outcome(Status.INFRASTRUCTURE), False),
-    (Outcome(Status.INTERRUPTED), False)])
+@pytest.mark.parametrize(
+    ("outcome", "measured"),
+    [
+        (Outcome(Status.OK, 1.0), True),
+        (Outcome(Status.REUSED, 1.0), True),
+        (Outcome(Status.COMPILE_ERROR, reason="ptxas"), True),
+        (Outcome(Status.INVALID, reason="not recorded"), True),  # evaluated, and refused
+        (Outcome(Status.INVALID, reason="smem", pruned=True), False),
+        (Outcome(Status.REPEAT, 1.0), False),
+        (Outcome(Status.INFRASTRUCTURE), False),
+        (Outcome(Status.INTERRUPTED), False),
+    ],
+)
 def test_what_an_outcome_says_of_the_config(outcome: Outcome, measured: bool) -> None:
     assert outcome.measured is measured
 
@@ -273,7 +303,8 @@ def test_strategies_never_compile_time_or_store() -> None:
     assert imported, "no import found (the test reads the wrong file)"
     forbidden: list[Callable[[str], bool]] = [
         lambda m: ".build" in m or ".measure" in m or ".store" in m or ".launch" in m,
-        lambda m: m.endswith(("backends", "loop")) or m.startswith(("torch", "sqlalchemy"))]
+        lambda m: m.endswith(("backends", "loop")) or m.startswith(("torch", "sqlalchemy")),
+    ]
     assert not [m for m in imported if any(rule(m) for rule in forbidden)], imported
 
 
