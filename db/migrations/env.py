@@ -9,7 +9,11 @@ from autotune.store.migrate import VERSION_TABLE
 from autotune.store.models import Base
 
 connection = context.config.attributes["connection"]
-context.configure(connection=connection, target_metadata=Base.metadata,
-                  version_table=VERSION_TABLE, render_as_batch=True)
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    version_table=VERSION_TABLE,
+    render_as_batch=True,
+)
 with context.begin_transaction():
     context.run_migrations()

@@ -22,8 +22,14 @@ def upgrade() -> None:
         sa.Column("sm_count", sa.Integer, nullable=False),
         sa.Column("driver_version", sa.String(32), nullable=False),
         sa.Column("cuda_version", sa.String(32), nullable=False),
-        sa.UniqueConstraint("name", "compute_capability", "sm_count", "driver_version",
-                            "cuda_version", name="uq_devices_identity"),
+        sa.UniqueConstraint(
+            "name",
+            "compute_capability",
+            "sm_count",
+            "driver_version",
+            "cuda_version",
+            name="uq_devices_identity",
+        ),
     )
     op.create_table(
         "kernel_configs",
@@ -63,8 +69,17 @@ def upgrade() -> None:
         sa.Column("seqlen_k", sa.Integer, nullable=False),
         sa.Column("head_dim", sa.Integer, nullable=False),
         sa.Column("causal", sa.Boolean, nullable=False),
-        sa.UniqueConstraint("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
-                            "head_dim", "causal", name="uq_problems_shape"),
+        sa.UniqueConstraint(
+            "dtype",
+            "batch",
+            "heads_q",
+            "heads_kv",
+            "seqlen_q",
+            "seqlen_k",
+            "head_dim",
+            "causal",
+            name="uq_problems_shape",
+        ),
         sa.CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
     )
     op.create_table(
@@ -88,8 +103,9 @@ def upgrade() -> None:
         sa.Column("baseline_us", sa.Float),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
-    op.create_index("ix_measurements_lookup", "measurements",
-                    ["device_id", "problem_id", "config_id"])
+    op.create_index(
+        "ix_measurements_lookup", "measurements", ["device_id", "problem_id", "config_id"]
+    )
     op.create_table(
         "baselines",
         sa.Column("id", sa.Integer, primary_key=True),
@@ -127,6 +143,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("best_configs", "baselines", "measurements", "problems", "builds",
-                  "kernel_configs", "devices"):
+    for table in (
+        "best_configs",
+        "baselines",
+        "measurements",
+        "problems",
+        "builds",
+        "kernel_configs",
+        "devices",
+    ):
         op.drop_table(table)

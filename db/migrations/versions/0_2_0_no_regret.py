@@ -14,13 +14,24 @@ down_revision = "0.1.0"
 branch_labels = None
 depends_on = None
 
-_ENVIRONMENT = (("regime", sa.String(32)), ("driver_version", sa.String(32)),
-                ("cuda_version", sa.String(32)), ("torch_version", sa.String(64)),
-                ("cudnn_version", sa.String(32)), ("sm_clock_mhz", sa.Float()),
-                ("power_w", sa.Float()))
-_BEST = (("p20_us", sa.Float()), ("p80_us", sa.Float()), ("decision", sa.Text()),
-         ("runner_up_us", sa.Float()), ("torch_version", sa.String(64)),
-         ("cudnn_version", sa.String(32)), ("regime", sa.String(32)))
+_ENVIRONMENT = (
+    ("regime", sa.String(32)),
+    ("driver_version", sa.String(32)),
+    ("cuda_version", sa.String(32)),
+    ("torch_version", sa.String(64)),
+    ("cudnn_version", sa.String(32)),
+    ("sm_clock_mhz", sa.Float()),
+    ("power_w", sa.Float()),
+)
+_BEST = (
+    ("p20_us", sa.Float()),
+    ("p80_us", sa.Float()),
+    ("decision", sa.Text()),
+    ("runner_up_us", sa.Float()),
+    ("torch_version", sa.String(64)),
+    ("cudnn_version", sa.String(32)),
+    ("regime", sa.String(32)),
+)
 
 
 def upgrade() -> None:
@@ -42,8 +53,14 @@ def upgrade() -> None:
         sa.Column("count", sa.BigInteger, nullable=False),
         sa.Column("first_seen", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
-        sa.UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id",
-                            "path", name="uq_runtime_misses"),
+        sa.UniqueConstraint(
+            "device_name",
+            "compute_capability",
+            "sm_count",
+            "problem_id",
+            "path",
+            name="uq_runtime_misses",
+        ),
     )
 
 

@@ -16,8 +16,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_problems_class", "problems", ["dtype", "head_dim", "causal", "seqlen_q",
-                                                      "seqlen_k", "batch", "heads_q", "heads_kv"])
+    op.create_index(
+        "ix_problems_class",
+        "problems",
+        ["dtype", "head_dim", "causal", "seqlen_q", "seqlen_k", "batch", "heads_q", "heads_kv"],
+    )
     op.create_index("ix_best_configs_problem", "best_configs", ["problem_id"])
 
 

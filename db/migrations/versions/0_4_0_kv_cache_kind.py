@@ -35,8 +35,9 @@ def _check_foreign_keys() -> None:
 def upgrade() -> None:
     op.drop_index("ix_problems_class", table_name="problems")
     with op.batch_alter_table("problems") as batch:
-        batch.add_column(sa.Column("kv_cache", sa.String(16), nullable=False,
-                                   server_default="dense"))
+        batch.add_column(
+            sa.Column("kv_cache", sa.String(16), nullable=False, server_default="dense")
+        )
         batch.drop_constraint("uq_problems_shape", type_="unique")
         batch.create_unique_constraint("uq_problems_shape", [*_SHAPE, "kv_cache"])
     op.create_index("ix_problems_class", "problems", [*_CLASS[:3], "kv_cache", *_CLASS[3:]])
@@ -45,11 +46,16 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # A KV-cache problem has no form in 0.3.0; dropping its rows would drop measurements.
-    held = op.get_bind().execute(
-        sa.text("SELECT COUNT(*) FROM problems WHERE kv_cache <> 'dense'")).scalar()
+    held = (
+        op.get_bind()
+        .execute(sa.text("SELECT COUNT(*) FROM problems WHERE kv_cache <> 'dense'"))
+        .scalar()
+    )
     if held:
-        raise RuntimeError(f"{held} problems are KV-cache problems (kv_cache other than dense), "
-                           "which schema 0.3.0 cannot hold; export them and delete them first")
+        raise RuntimeError(
+            f"{held} problems are KV-cache problems (kv_cache other than dense), "
+            "which schema 0.3.0 cannot hold; export them and delete them first"
+        )
     op.drop_index("ix_problems_class", table_name="problems")
     with op.batch_alter_table("problems") as batch:
         batch.drop_constraint("uq_problems_shape", type_="unique")

@@ -34,18 +34,32 @@ def upgrade() -> None:
         sa.Column("enqueued_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True)),
         sa.Column("finished_at", sa.DateTime(timezone=True)),
-        sa.UniqueConstraint("device_name", "compute_capability", "sm_count", "problem_id",
-                            "families", name="uq_work_items"),
+        sa.UniqueConstraint(
+            "device_name",
+            "compute_capability",
+            "sm_count",
+            "problem_id",
+            "families",
+            name="uq_work_items",
+        ),
     )
-    op.create_index("ix_work_items_take", "work_items",
-                    ["device_name", "compute_capability", "sm_count", "state"])
+    op.create_index(
+        "ix_work_items_take",
+        "work_items",
+        ["device_name", "compute_capability", "sm_count", "state"],
+    )
 
 
 def downgrade() -> None:
-    held = op.get_bind().execute(
-        sa.text("SELECT COUNT(*) FROM work_items WHERE state IN ('queued', 'running')")).scalar()
+    held = (
+        op.get_bind()
+        .execute(sa.text("SELECT COUNT(*) FROM work_items WHERE state IN ('queued', 'running')"))
+        .scalar()
+    )
     if held:
-        raise RuntimeError(f"{held} work items are queued or running, which schema 0.4.0 "
-                           "cannot hold; let the workers drain the queue first")
+        raise RuntimeError(
+            f"{held} work items are queued or running, which schema 0.4.0 "
+            "cannot hold; let the workers drain the queue first"
+        )
     op.drop_index("ix_work_items_take", table_name="work_items")
     op.drop_table("work_items")
