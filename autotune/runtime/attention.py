@@ -410,6 +410,24 @@ def _run(
     return (out, lse) if return_lse else out
 
 
+# torch SDPA backends that build an execution plan per new sequence length (cuDNN's, which
+# torch's default picks for contiguous inputs with a single query): a KV cache growing by a
+# token per step pays the plan at every step, many times what the step's kernel costs.
+PLAN_PER_LENGTH = ("default", "cudnn")
+# The backends a decode-sized call goes to instead, the first that takes the inputs.
+PLAN_FREE = ("flash", "efficient")
+DECODE_LQ = 16  # the largest query length counted as a decode step (measure.sdpa.sdpa_path)
+
+
+def sdpa_route(backend: str, seqlen_q: int, accepts: Callable[[str], bool]) -> str:
+    """The torch SDPA backend a call dispatch gave to `backend` runs on: a decode-sized call
+    (Lq <= DECODE_LQ) of a backend that plans per length goes to the first of PLAN_FREE that
+    `accepts` the inputs; anything else, or where none accepts, stays where it was."""
+    if backend not in PLAN_PER_LENGTH or seqlen_q > DECODE_LQ:
+        return backend
+    return next((other for other in PLAN_FREE if accepts(other)), backend)
+
+
 def _prepare(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -430,6 +448,11 @@ def _prepare(
         backend = decision.sdpa_backend
         if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
             backend = "default"  # a stored backend this torch refuses: torch's own choice
+        backend = sdpa_route(
+            backend,
+            problem.seqlen_q,
+            lambda other: _accepts(other, q, k, v, causal=causal, scale=scale, layout=layout),
+        )
         run = _SdpaRun(backend, problem, causal, scale, layout, device_index, (q, k, v))
         return _Prepared(None, run, _miss(decision, device_index)), ""
     if decision.kernel is None:

@@ -13,6 +13,7 @@ import torch
 import autotune.measure.sdpa as sdpa_module
 from autotune.model.buckets import length_class
 from autotune.runtime import attention as attention_module
+from autotune.runtime.attention import sdpa_route
 
 
 @pytest.fixture
@@ -74,3 +75,26 @@ def test_another_kind_of_input_is_checked_again(calls: list[tuple[str, int]]) ->
 
 def test_torch_s_default_needs_no_check(calls: list[tuple[str, int]]) -> None:
     assert _accepts("default", 100) and calls == []
+
+
+@pytest.mark.parametrize("chosen", ["default", "cudnn"])
+@pytest.mark.parametrize("lq", [1, 4, 16])
+def test_a_decode_sized_call_leaves_the_backends_that_plan_per_length(
+    chosen: str, lq: int
+) -> None:
+    """cuDNN builds an execution plan per new key length: a decode step of a growing cache goes
+    to FlashAttention's backend, or the memory-efficient one where flash refuses the inputs."""
+    assert sdpa_route(chosen, lq, lambda backend: True) == "flash"
+    assert sdpa_route(chosen, lq, lambda backend: backend == "efficient") == "efficient"
+    assert sdpa_route(chosen, lq, lambda backend: False) == chosen
+
+
+@pytest.mark.parametrize("chosen", ["flash", "efficient"])
+def test_a_backend_without_a_plan_per_length_is_kept(chosen: str) -> None:
+    assert sdpa_route(chosen, 1, lambda backend: True) == chosen
+
+
+def test_a_prefill_sized_call_keeps_torch_s_choice() -> None:
+    asked: list[str] = []
+    assert sdpa_route("default", 17, lambda b: asked.append(b) or True) == "default"
+    assert asked == []
