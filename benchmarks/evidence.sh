@@ -150,7 +150,7 @@ tune)
 record)
   for family in ${REC:-sm80}; do
     case "$family" in
-      decode) args=(--shape-set llm-decode --head-dim 128 --dtype bf16 --pick 0 4 6 9 16 20 25 27) ;;
+      decode|decode90) args=(--shape-set llm-decode --head-dim 128 --dtype bf16 --pick 0 4 6 9 16 20 25 27) ;;
       *) args=(--shape-set llm-prefill --head-dim 128 --dtype fp16 --causal false) ;;
     esac
     python3 -m autotune.cli compile --family "$family" --head-dim 128 --arch sm_90 --jobs 16 \
