@@ -196,6 +196,7 @@ def configure(
         _prepared.clear()
         _fallback_misses.clear()
         _accepted.clear()
+        _lengths_seen.clear()
         old, _recorder = _recorder, None
     if old is not None:
         old.close()  # the counts so far go to the database they were counted for
@@ -410,20 +411,40 @@ def _run(
     return (out, lse) if return_lse else out
 
 
-# torch SDPA backends that build an execution plan per new sequence length (cuDNN's, which
-# torch's default picks for contiguous inputs with a single query): a KV cache growing by a
-# token per step pays the plan at every step, many times what the step's kernel costs.
-PLAN_PER_LENGTH = ("default", "cudnn")
-# The backends a decode-sized call goes to instead, the first that takes the inputs.
-PLAN_FREE = ("flash", "efficient")
+# torch's default SDPA builds an execution plan per new key length for a decode-sized call
+# (cuDNN's path with a split reduction, which it picks for contiguous inputs): the fastest call
+# at a length it has seen, but each new length costs tens of milliseconds, and a KV cache
+# growing by a token per step meets a new length at every step. A geometry seen growing goes
+# to the first of PLAN_FREE that takes its inputs (cuDNN named alone runs another kernel, with
+# no plan per length); one seen at a single length keeps torch's choice.
+PLAN_FREE = ("cudnn", "flash", "efficient")
 DECODE_LQ = 16  # the largest query length counted as a decode step (measure.sdpa.sdpa_path)
+# geometry without Lk -> {length class of Lk: the first Lk seen in it} (bounded)
+_lengths_seen: LruDict[tuple[Any, ...], dict[int, int]] = LruDict(MEMO_SIZE)
 
 
-def sdpa_route(backend: str, seqlen_q: int, accepts: Callable[[str], bool]) -> str:
+def seen_growing(geometry: tuple[Any, ...], seqlen_k: int) -> bool:
+    """Whether calls of `geometry` (everything but the key length) have now met two key lengths
+    in one length class: a cache growing step by step, not problems of a few fixed lengths
+    (which rarely fall within one class, about 9% wide)."""
+    seen = _lengths_seen.get(geometry)
+    if seen is None:
+        _lengths_seen[geometry] = seen = {}
+    first = seen.setdefault(length_class(seqlen_k), seqlen_k)
+    return first != seqlen_k or len(seen) > 1 and _adjacent(seen, seqlen_k)
+
+
+def _adjacent(seen: dict[int, int], seqlen_k: int) -> bool:
+    """A length first seen in its class while the class below it was seen: the cache grew into
+    a new class."""
+    return length_class(seqlen_k) - 1 in seen
+
+
+def sdpa_route(backend: str, seqlen_q: int, growing: bool, accepts: Callable[[str], bool]) -> str:
     """The torch SDPA backend a call dispatch gave to `backend` runs on: a decode-sized call
-    (Lq <= DECODE_LQ) of a backend that plans per length goes to the first of PLAN_FREE that
-    `accepts` the inputs; anything else, or where none accepts, stays where it was."""
-    if backend not in PLAN_PER_LENGTH or seqlen_q > DECODE_LQ:
+    (Lq <= DECODE_LQ) given to torch's default whose geometry is `growing` goes to the first
+    of PLAN_FREE that `accepts` the inputs; anything else, or where none accepts, stays."""
+    if backend != "default" or seqlen_q > DECODE_LQ or not growing:
         return backend
     return next((other for other in PLAN_FREE if accepts(other)), backend)
 
@@ -448,11 +469,28 @@ def _prepare(
         backend = decision.sdpa_backend
         if not _accepts(backend, q, k, v, causal=causal, scale=scale, layout=layout):
             backend = "default"  # a stored backend this torch refuses: torch's own choice
-        backend = sdpa_route(
-            backend,
-            problem.seqlen_q,
-            lambda other: _accepts(other, q, k, v, causal=causal, scale=scale, layout=layout),
-        )
+        if backend == "default" and problem.seqlen_q <= DECODE_LQ:
+            lk_dim = 2 if layout == "bhld" else 1
+            # what does not move as a cache grows (a new tensor's batch stride does)
+            geometry = (
+                q.shape,
+                q.stride(),
+                k.shape[:lk_dim],
+                k.shape[lk_dim + 1 :],
+                _alignment(k),
+                _alignment(v),
+                q.dtype,
+                q.device,
+                causal,
+                scale,
+                layout,
+            )
+            backend = sdpa_route(
+                backend,
+                problem.seqlen_q,
+                seen_growing(geometry, problem.seqlen_k),
+                lambda other: _accepts(other, q, k, v, causal=causal, scale=scale, layout=layout),
+            )
         run = _SdpaRun(backend, problem, causal, scale, layout, device_index, (q, k, v))
         return _Prepared(None, run, _miss(decision, device_index)), ""
     if decision.kernel is None:

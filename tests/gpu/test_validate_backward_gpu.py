@@ -1,7 +1,8 @@
 """torch's own GPU backwards (FlashAttention's, the memory-efficient one, cuDNN's) through the
 gradient validator: each backend that takes a problem passes, in fp16 and bf16, causal or not,
 at head dims 64 and 128; the report's worst share of its bound is printed (the bounds' headroom
-on a GPU)."""
+on a GPU). Causal problems with more queries than keys are left out: torch documents NaN rows
+for the queries that see no key there (our contract: 0, with dQ 0)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def test_torch_s_gpu_backwards_pass(backend: str, head_dim: int, dtype: str, cau
     taken = []
     for case in DEFAULT_CASES:
         problem = case.problem(head_dim, dtype, causal)
+        if causal and problem.seqlen_q > problem.seqlen_k:
+            # torch's lower-right bias documents NaN rows for queries that see no key, and its
+            # efficient and cuDNN backwards leave nonzero dQ there: outside torch's contract
+            continue
         try:
             with sdpa_kernel(BACKENDS[backend]):
                 report = validate_backward(

@@ -13,7 +13,7 @@ import torch
 import autotune.measure.sdpa as sdpa_module
 from autotune.model.buckets import length_class
 from autotune.runtime import attention as attention_module
-from autotune.runtime.attention import sdpa_route
+from autotune.runtime.attention import sdpa_route, seen_growing
 
 
 @pytest.fixture
@@ -77,24 +77,40 @@ def test_torch_s_default_needs_no_check(calls: list[tuple[str, int]]) -> None:
     assert _accepts("default", 100) and calls == []
 
 
-@pytest.mark.parametrize("chosen", ["default", "cudnn"])
 @pytest.mark.parametrize("lq", [1, 4, 16])
-def test_a_decode_sized_call_leaves_the_backends_that_plan_per_length(
-    chosen: str, lq: int
-) -> None:
-    """cuDNN builds an execution plan per new key length: a decode step of a growing cache goes
-    to FlashAttention's backend, or the memory-efficient one where flash refuses the inputs."""
-    assert sdpa_route(chosen, lq, lambda backend: True) == "flash"
-    assert sdpa_route(chosen, lq, lambda backend: backend == "efficient") == "efficient"
-    assert sdpa_route(chosen, lq, lambda backend: False) == chosen
+def test_a_growing_decode_call_leaves_torch_s_default(lq: int) -> None:
+    """torch's default builds a plan per new key length on decode-sized calls: a geometry seen
+    growing goes to cuDNN named alone (no plan per length), else flash, else efficient."""
+    assert sdpa_route("default", lq, True, lambda backend: True) == "cudnn"
+    assert sdpa_route("default", lq, True, lambda backend: backend != "cudnn") == "flash"
+    assert sdpa_route("default", lq, True, lambda backend: backend == "efficient") == "efficient"
+    assert sdpa_route("default", lq, True, lambda backend: False) == "default"
 
 
-@pytest.mark.parametrize("chosen", ["flash", "efficient"])
-def test_a_backend_without_a_plan_per_length_is_kept(chosen: str) -> None:
-    assert sdpa_route(chosen, 1, lambda backend: True) == chosen
-
-
-def test_a_prefill_sized_call_keeps_torch_s_choice() -> None:
+def test_a_call_at_one_length_a_named_backend_and_prefill_keep_their_backend() -> None:
     asked: list[str] = []
-    assert sdpa_route("default", 17, lambda b: asked.append(b) or True) == "default"
+
+    def accepts(backend: str) -> bool:
+        asked.append(backend)
+        return True
+
+    assert sdpa_route("default", 1, False, accepts) == "default"  # not seen growing
+    assert sdpa_route("cudnn", 1, True, accepts) == "cudnn"  # measured as itself
+    assert sdpa_route("flash", 1, True, accepts) == "flash"
+    assert sdpa_route("default", 17, True, accepts) == "default"  # prefill-sized
     assert asked == []
+
+
+def test_growth_is_two_lengths_in_one_class_or_a_class_after_the_one_below() -> None:
+    attention_module._lengths_seen.clear()
+    geometry = ("B1 H32/8 Lq1 D128", "bf16")
+    assert not seen_growing(geometry, 4096)  # a first length
+    assert not seen_growing(geometry, 4096)  # the same again
+    assert seen_growing(geometry, 4097)  # a second length of the class: growing
+    other = ("B8 H32/8 Lq1 D128", "bf16")
+    assert not seen_growing(other, 1024)
+    assert not seen_growing(other, 4096)  # a few fixed lengths, classes apart
+    assert not seen_growing(other, 16384)
+    upper = next(n for n in range(1024, 4096) if length_class(n) > length_class(1024))
+    assert seen_growing(other, upper)  # the class just above one seen: grown into it
+    assert len(attention_module._lengths_seen) == 2
