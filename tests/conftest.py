@@ -18,6 +18,7 @@ LONG_ENV = "CUTE_AUTOTUNE_LONG_TESTS"
 LONG = os.environ.get(LONG_ENV, "0") not in ("", "0")
 # 0 turns off the run's memo of nvcc builds (tests/nvcc_memo.py)
 NVCC_MEMO_ENV = "CUTE_AUTOTUNE_TEST_NVCC_MEMO"
+REAL_CUDA_HOME_ENV = "CUTE_AUTOTUNE_TEST_REAL_CUDA_HOME"  # the toolkit behind the memo
 
 
 def _gpu_available() -> bool:
@@ -90,15 +91,31 @@ def nvcc_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     wrapper.chmod(0o755)
     before = os.environ.get("CUDA_HOME")
     os.environ["CUDA_HOME"] = str(home)
+    os.environ[REAL_CUDA_HOME_ENV] = str(real.parent.parent)
     toolchain_module.toolchain.cache_clear()
     try:
         yield
     finally:
+        os.environ.pop(REAL_CUDA_HOME_ENV, None)
         if before is None:
             os.environ.pop("CUDA_HOME", None)
         else:
             os.environ["CUDA_HOME"] = before
         toolchain_module.toolchain.cache_clear()
+
+
+@pytest.fixture
+def real_nvcc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The toolkit's own nvcc for one test, past the run's memo: a test of what nvcc itself
+    does (such as running out of time) that a remembered build would answer at once."""
+    from autotune.build import toolchain as toolchain_module
+
+    if os.environ.get(REAL_CUDA_HOME_ENV):
+        monkeypatch.setenv("CUDA_HOME", os.environ[REAL_CUDA_HOME_ENV])
+    toolchain_module.toolchain.cache_clear()
+    yield
+    monkeypatch.undo()
+    toolchain_module.toolchain.cache_clear()
 
 
 @pytest.fixture

@@ -214,7 +214,7 @@ def test_impossible_config_fails_at_nvcc_with_the_static_assert(
     ) in result.message
 
 
-def test_nvcc_timeout_is_a_result(tmp_path: Path) -> None:
+def test_nvcc_timeout_is_a_result(tmp_path: Path, real_nvcc: None) -> None:
     config = HANDFUL[0][0]
     result = compile_config(config, H200, ArtifactCache(tmp_path), timeout=0.5, force=True)
     assert result.status == "timeout" and "did not finish" in result.message
