@@ -25,7 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model.space import families, load_space
+from ..model.space import all_families, load_space
 from .cache import KEY, RECORD, WORK, ArtifactCache, owner_tag
 from .toolchain import ToolchainError, family_source_hash, toolchain
 
@@ -139,7 +139,7 @@ def _current() -> tuple[dict[str, str], dict[str, str] | None]:
     """The kernel-source hash of each compiled family, and the toolchain's versions (None
     where no toolchain is found: then entries are judged by their sources and flags)."""
     sources = {}
-    for name in families():
+    for name in all_families():
         space = load_space(name)
         if space.compiled:
             sources[name] = family_source_hash(space)

@@ -256,8 +256,8 @@ def compile_config(
             )
         cubin = out.read_bytes()
     try:
-        report = parse_ptxas(proc.stderr, "cute_autotune_fwd")
-        info = read_launch_info(cubin)
+        report = parse_ptxas(proc.stderr, space.entry_symbol)
+        info = read_launch_info(cubin, space.info_symbol)
     except (PtxasParseError, CubinError) as exc:
         return BuildResult(
             config,

@@ -64,7 +64,9 @@ class CubinError(ValueError):
     pass
 
 
-def read_launch_info(cubin: bytes | Path) -> LaunchInfo:
+def read_launch_info(cubin: bytes | Path, symbol: str = INFO_SYMBOL) -> LaunchInfo:
+    """The LaunchInfo stored under `symbol` (a forward cubin's by default; a backward cubin
+    stores the same struct under its own name)."""
     data = cubin.read_bytes() if isinstance(cubin, Path) else cubin
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CubinError("not a 64-bit little-endian ELF cubin")
@@ -83,11 +85,11 @@ def read_launch_info(cubin: bytes | Path) -> LaunchInfo:
                 "<IBBHQQ", data, sec[4] + j * 24
             )
             end = data.index(b"\0", strtab[4] + st_name)
-            if data[strtab[4] + st_name : end].decode() != INFO_SYMBOL:
+            if data[strtab[4] + st_name : end].decode() != symbol:
                 continue
             if st_size != 4 * len(_FIELDS):
-                raise CubinError(f"{INFO_SYMBOL} has {st_size} bytes, expected {4 * len(_FIELDS)}")
+                raise CubinError(f"{symbol} has {st_size} bytes, expected {4 * len(_FIELDS)}")
             target = sections[st_shndx]
             values = struct.unpack_from(f"<{len(_FIELDS)}i", data, target[4] + st_value)
             return LaunchInfo(*values)
-    raise CubinError(f"no {INFO_SYMBOL} symbol in the cubin")
+    raise CubinError(f"no {symbol} symbol in the cubin")

@@ -43,6 +43,7 @@ def _sources() -> list[Path]:
         root / "common" / "launch_info.h",
         root / "common" / "tma_params.h",
         root / "launcher" / "cluster_combine.h",
+        root / "bwd" / "params.h",
     ]
 
 

@@ -41,6 +41,14 @@ SDPA_FAMILY = "sdpa"
 # What a family's configs are: CuTe kernels compiled by nvcc, or torch's own SDPA backends
 # (the `sdpa` pseudo-family: nothing to compile, always a finalist of the re-ranking).
 CUDA, TORCH = "cuda", "torch"
+# What a family computes: the attention forward (dispatch, tuning and the runtime choose among
+# these) or its backward (dQ, dK, dV; kept apart in search_spaces/backward/, so no forward
+# path ever sees one).
+FORWARD, BACKWARD = "forward", "backward"
+# The symbols of a compiled family's cubin: its main entry (what ptxas reports on) and its
+# LaunchInfo, per direction (kernel_src/common/launch_info.h, kernel_src/bwd/kernel.cuh).
+ENTRY_SYMBOLS = {FORWARD: "cute_autotune_fwd", BACKWARD: "cute_autotune_bwd"}
+INFO_SYMBOLS = {FORWARD: "cute_autotune_fwd_info", BACKWARD: "cute_autotune_bwd_info"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class Space:
         try:
             self.family: str = data["family"]
             self.kind: str = data.get("kind", CUDA)
+            self.direction: str = data.get("direction", FORWARD)
             self.description: str = data.get("description", "")
             self.min_cc: int = int(data.get("min_compute_capability", 0))
             self.max_cc: int = int(data.get("max_compute_capability", 10_000))
@@ -181,6 +190,10 @@ class Space:
         check_family_name(self.family)
         if self.kind not in (CUDA, TORCH):
             raise ValueError(f"{source}: kind {self.kind!r} is not {CUDA!r} or {TORCH!r}")
+        if self.direction not in (FORWARD, BACKWARD):
+            raise ValueError(
+                f"{source}: direction {self.direction!r} is not {FORWARD!r} or {BACKWARD!r}"
+            )
         header = Path(self.header)
         if self.kind == CUDA and (
             header.is_absolute() or ".." in header.parts or len(header.parts) < 2
@@ -227,6 +240,16 @@ class Space:
     def compiled(self) -> bool:
         """Whether configs of this family are kernels nvcc builds (not torch's SDPA)."""
         return self.kind == CUDA
+
+    @property
+    def entry_symbol(self) -> str:
+        """The cubin's main entry, whose ptxas report is the build's."""
+        return ENTRY_SYMBOLS[self.direction]
+
+    @property
+    def info_symbol(self) -> str:
+        """The cubin's LaunchInfo symbol."""
+        return INFO_SYMBOLS[self.direction]
 
     def supports(self, cc: int) -> bool:
         """Whether devices of compute capability `cc` (90 for sm_90) can run this family."""
@@ -415,14 +438,29 @@ class Space:
 
 
 def families() -> list[str]:
-    """Every kernel family: one per space file in search_spaces/ (read once per process: the
-    space files are package data)."""
+    """Every forward kernel family: one per space file in search_spaces/ (read once per
+    process: the space files are package data)."""
     return list(_family_names())
+
+
+def backward_families() -> list[str]:
+    """Every backward kernel family: one per space file in search_spaces/backward/."""
+    return list(_backward_family_names())
+
+
+def all_families() -> list[str]:
+    """Forward and backward families: what a cubin in the cache can belong to."""
+    return [*_family_names(), *_backward_family_names()]
 
 
 @cache
 def _family_names() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in search_spaces_dir().glob("*.toml")))
+
+
+@cache
+def _backward_family_names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in (search_spaces_dir() / BACKWARD).glob("*.toml")))
 
 
 def kernel_families() -> list[str]:
@@ -466,9 +504,9 @@ def unsupported_reason(target: Target | int) -> str:
 
 
 def load_space(family: str) -> Space:
-    """The space of an installed kernel family. `family` is checked to be one of the names
-    `families()` lists before any path is built from it."""
-    known = _family_names()
+    """The space of an installed kernel family, forward or backward. `family` is checked to be
+    one of the names `all_families()` lists before any path is built from it."""
+    known = all_families()
     if check_family_name(family) not in known:
         raise InvalidConfig([f"unknown kernel family {shown(family)}; known: {', '.join(known)}"])
     return _load_space(family)
@@ -476,9 +514,15 @@ def load_space(family: str) -> Space:
 
 @cache
 def _load_space(family: str) -> Space:
-    space = Space.from_file(search_spaces_dir() / f"{family}.toml")
+    folder = search_spaces_dir()
+    if family in _backward_family_names():
+        folder = folder / BACKWARD
+    space = Space.from_file(folder / f"{family}.toml")
     if space.family != family:
         raise ValueError(f"{space.source} declares family {space.family!r}")
+    expected = BACKWARD if family in _backward_family_names() else FORWARD
+    if space.direction != expected:
+        raise ValueError(f"{space.source} declares direction {space.direction!r}")
     return space
 
 

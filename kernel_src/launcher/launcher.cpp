@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -28,9 +29,11 @@
 #include "cluster_combine.h"
 #include "../common/launch_info.h"
 #include "../common/tma_params.h"
+#include "../bwd/params.h"
 #include "../fwd_params.h"
 
 namespace py = pybind11;
+using cute_autotune::BwdParams;
 using cute_autotune::FwdParams;
 using cute_autotune::LaunchInfo;
 
@@ -557,6 +560,187 @@ class Kernel {
   unsigned resident_ctas_ = 0;
 };
 
+// The backward: a cubin with three entries (bwd/params.h) run in order on one stream. The
+// plan holds BwdParams with everything but the addresses filled in and checked; the caller
+// (Python) allocates the fp32 workspaces, seqlen_q_rounded rows per (batch, head).
+struct BwdPlan {
+  BwdParams params{};
+  CUfunction main = nullptr, pre = nullptr, post = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned pre_blocks = 1, post_blocks = 1;
+  int threads = 0, smem_bytes = 0;
+  CUcontext ctx = nullptr;
+
+  void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t dout, uintptr_t dq,
+              uintptr_t dk, uintptr_t dv, uintptr_t lse, uintptr_t lse_log2, uintptr_t dpsum,
+              uintptr_t dq_accum, uintptr_t stream) const {
+    BwdParams p = params;
+    p.q = reinterpret_cast<const void*>(q);
+    p.k = reinterpret_cast<const void*>(k);
+    p.v = reinterpret_cast<const void*>(v);
+    p.o = reinterpret_cast<const void*>(o);
+    p.dout = reinterpret_cast<const void*>(dout);
+    p.dq = reinterpret_cast<void*>(dq);
+    p.dk = reinterpret_cast<void*>(dk);
+    p.dv = reinterpret_cast<void*>(dv);
+    p.lse = reinterpret_cast<const float*>(lse);
+    p.lse_log2 = reinterpret_cast<float*>(lse_log2);
+    p.dpsum = reinterpret_cast<float*>(dpsum);
+    p.dq_accum = reinterpret_cast<float*>(dq_accum);
+    const uintptr_t all[] = {q, k, v, o, dout, dq, dk, dv, lse, lse_log2, dpsum, dq_accum};
+    for (uintptr_t address : all) {
+      if (address == 0) throw std::invalid_argument("backward: every operand is required");
+    }
+    ScopedContext scope(ctx);
+    void* args[] = {&p};
+    const CUstream s = reinterpret_cast<CUstream>(stream);
+    check(driver().launch_kernel(pre, pre_blocks, 1, 1, cute_autotune::kBwdAuxThreads, 1, 1, 0,
+                                 s, args, nullptr),
+          "cuLaunchKernel(backward preprocess)");
+    check(driver().launch_kernel(main, grid[0], grid[1], grid[2], unsigned(threads), 1, 1,
+                                 unsigned(smem_bytes), s, args, nullptr),
+          "cuLaunchKernel(backward)");
+    check(driver().launch_kernel(post, post_blocks, 1, 1, cute_autotune::kBwdAuxThreads, 1, 1, 0,
+                                 s, args, nullptr),
+          "cuLaunchKernel(backward postprocess)");
+  }
+};
+
+#define CUTE_AUTOTUNE_BWD_SYMBOL "cute_autotune_bwd"
+#define CUTE_AUTOTUNE_BWD_INFO_SYMBOL "cute_autotune_bwd_info"
+
+class BwdKernel {
+ public:
+  BwdKernel(const std::string& cubin_path, int device, py::tuple info)
+      : path_(cubin_path), device_(device) {
+    const Driver& d = driver();
+    constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
+    if (info.size() != kFields) {
+      throw std::invalid_argument("LaunchInfo needs " + std::to_string(kFields) + " fields");
+    }
+    int* fields = reinterpret_cast<int*>(&info_);
+    for (size_t i = 0; i < kFields; ++i) fields[i] = info[i].cast<int>();
+    check(d.init(0), "cuInit");
+    CUdevice dev;
+    check(d.device_get(&dev, device), "cuDeviceGet");
+    check(d.primary_ctx_retain(&ctx_, dev), "cuDevicePrimaryCtxRetain");
+    ScopedContext scope(ctx_);
+    check(d.module_load(&module_, cubin_path.c_str()), "cuModuleLoad");
+    check(d.module_get_function(&main_, module_, CUTE_AUTOTUNE_BWD_SYMBOL),
+          "cuModuleGetFunction(" CUTE_AUTOTUNE_BWD_SYMBOL ")");
+    check(d.module_get_function(&pre_, module_, CUTE_AUTOTUNE_BWD_SYMBOL "_pre"),
+          "cuModuleGetFunction(" CUTE_AUTOTUNE_BWD_SYMBOL "_pre)");
+    check(d.module_get_function(&post_, module_, CUTE_AUTOTUNE_BWD_SYMBOL "_post"),
+          "cuModuleGetFunction(" CUTE_AUTOTUNE_BWD_SYMBOL "_post)");
+    CUdeviceptr info_ptr;
+    size_t info_bytes = 0;
+    check(d.module_get_global(&info_ptr, &info_bytes, module_, CUTE_AUTOTUNE_BWD_INFO_SYMBOL),
+          "cuModuleGetGlobal(" CUTE_AUTOTUNE_BWD_INFO_SYMBOL ")");
+    if (info_bytes != sizeof(LaunchInfo)) {
+      throw std::runtime_error(path_ + ": LaunchInfo has " + std::to_string(info_bytes) +
+                               " bytes, this launcher expects " +
+                               std::to_string(sizeof(LaunchInfo)));
+    }
+    if (info_.abi_version != cute_autotune::kBwdAbiVersion) {
+      throw std::runtime_error(path_ + ": built for backward ABI " +
+                               std::to_string(info_.abi_version) + ", this launcher speaks " +
+                               std::to_string(cute_autotune::kBwdAbiVersion) + "; rebuild it");
+    }
+    int max_threads = 0;
+    check(d.func_get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, main_),
+          "cuFuncGetAttribute");
+    if (max_threads < info_.threads || info_.threads <= 0 || info_.block_m <= 0 ||
+        info_.block_n <= 0 || info_.smem_bytes < 0 ||
+        cute_autotune::kBwdSeqlenRound % info_.block_m != 0 || info_.head_dim % 8 != 0) {
+      throw std::runtime_error(path_ + ": its LaunchInfo does not describe a backward kernel "
+                               "this launcher can run");
+    }
+    if (info_.smem_bytes > 48 * 1024) {
+      check(d.func_set_attribute(main_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 info_.smem_bytes),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+  }
+
+  const LaunchInfo& info() const { return info_; }
+
+  // Strides in elements, (batch, head, row) of the logical (B, H, L, D) views.
+  BwdPlan plan(py::tuple q_strides, py::tuple k_strides, py::tuple v_strides, py::tuple o_strides,
+               py::tuple do_strides, py::tuple dq_strides, py::tuple dk_strides,
+               py::tuple dv_strides, int batch, int heads_q, int heads_kv, int seqlen_q,
+               int seqlen_k, int head_dim, int dtype, bool causal, double scale) const {
+    if (head_dim != info_.head_dim || dtype != info_.dtype || int(causal) != info_.causal) {
+      throw std::invalid_argument("problem (head_dim=" + std::to_string(head_dim) +
+                                  ", dtype=" + std::to_string(dtype) +
+                                  ", causal=" + std::to_string(causal) +
+                                  ") does not match the backward kernel (head_dim=" +
+                                  std::to_string(info_.head_dim) + ", dtype=" +
+                                  std::to_string(info_.dtype) + ", causal=" +
+                                  std::to_string(info_.causal) + ")");
+    }
+    if (batch < 1 || heads_q < 1 || heads_kv < 1 || seqlen_q < 1 || seqlen_k < 1 ||
+        heads_q % heads_kv != 0) {
+      throw std::invalid_argument("need batch, heads, seqlens >= 1 and heads_q % heads_kv == 0");
+    }
+    if (!(scale > 0.0) || !std::isfinite(scale)) {
+      throw std::invalid_argument("softmax scale must be finite and > 0");
+    }
+    const int64_t rounded = (int64_t(seqlen_q) + cute_autotune::kBwdSeqlenRound - 1) /
+                            cute_autotune::kBwdSeqlenRound * cute_autotune::kBwdSeqlenRound;
+    if (rounded > INT32_MAX || int64_t(seqlen_k) + info_.block_n > INT32_MAX) {
+      throw std::invalid_argument("sequence too long for the backward kernel's 32-bit rows");
+    }
+    BwdPlan plan;
+    BwdParams& p = plan.params;
+    unpack(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+    unpack(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+    unpack(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+    unpack(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+    unpack(do_strides, p.do_batch_stride, p.do_head_stride, p.do_row_stride);
+    unpack(dq_strides, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+    unpack(dk_strides, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
+    unpack(dv_strides, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = seqlen_k;
+    p.head_ratio = heads_q / heads_kv;
+    p.seqlen_q_rounded = int(rounded);
+    p.scale = static_cast<float>(scale);
+    p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+    cute_autotune::bwd_grid(p, info_.block_n, plan.grid);
+    if (plan.grid[1] > 65535 || plan.grid[2] > 65535) {
+      throw std::invalid_argument("heads_kv and batch must be at most 65535");
+    }
+    plan.pre_blocks =
+        cute_autotune::bwd_pre_blocks(p, cute_autotune::bwd_threads_per_row(info_.head_dim));
+    plan.post_blocks = cute_autotune::bwd_post_blocks(p, info_.head_dim);
+    plan.main = main_;
+    plan.pre = pre_;
+    plan.post = post_;
+    plan.threads = info_.threads;
+    plan.smem_bytes = info_.smem_bytes;
+    plan.ctx = ctx_;
+    return plan;
+  }
+
+ private:
+  static void unpack(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
+    if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
+    batch = t[0].cast<int64_t>();
+    head = t[1].cast<int64_t>();
+    row = t[2].cast<int64_t>();
+  }
+
+  std::string path_;
+  int device_;
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction main_ = nullptr, pre_ = nullptr, post_ = nullptr;
+  LaunchInfo info_{};
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_cute_autotune_launcher, m) {
@@ -586,6 +770,27 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
            py::arg("dtype"), py::arg("causal"), py::arg("scale"), py::arg("num_splits") = 1,
            py::arg("page_size") = 0, py::arg("block_table_stride") = 0,
            py::arg("cluster_combine") = true, py::arg("cache_pages") = 0);
+  py::class_<BwdKernel>(m, "BwdKernel")
+      .def(py::init<const std::string&, int, py::tuple>(), py::arg("cubin_path"),
+           py::arg("device"), py::arg("launch_info"))
+      .def_property_readonly("block_m", [](const BwdKernel& k) { return k.info().block_m; })
+      .def_property_readonly("block_n", [](const BwdKernel& k) { return k.info().block_n; })
+      .def_property_readonly("head_dim", [](const BwdKernel& k) { return k.info().head_dim; })
+      .def_property_readonly("causal", [](const BwdKernel& k) { return k.info().causal != 0; })
+      .def("plan", &BwdKernel::plan, py::arg("q_strides"), py::arg("k_strides"),
+           py::arg("v_strides"), py::arg("o_strides"), py::arg("do_strides"),
+           py::arg("dq_strides"), py::arg("dk_strides"), py::arg("dv_strides"), py::arg("batch"),
+           py::arg("heads_q"), py::arg("heads_kv"), py::arg("seqlen_q"), py::arg("seqlen_k"),
+           py::arg("head_dim"), py::arg("dtype"), py::arg("causal"), py::arg("scale"));
+  py::class_<BwdPlan>(m, "BwdPlan")
+      .def_property_readonly("seqlen_q_rounded",
+                             [](const BwdPlan& p) { return p.params.seqlen_q_rounded; })
+      .def_property_readonly("grid", [](const BwdPlan& p) {
+        return py::make_tuple(p.grid[0], p.grid[1], p.grid[2]);
+      })
+      .def("launch", &BwdPlan::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+           py::arg("dout"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("lse"),
+           py::arg("lse_log2"), py::arg("dpsum"), py::arg("dq_accum"), py::arg("stream"));
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("cluster", [](const Plan& p) { return p.cluster; })
       .def_property_readonly("grid", [](const Plan& p) {

@@ -1,0 +1,161 @@
+"""The bwd family on a real GPU: its gradients through the gradient validator (every case of
+the forward validator: tails, Lq != Lk both ways, GQA and MQA, both layouts, a packed-QKV
+view, adversarial scores; NaN-poisoned outputs, two runs), for each head dim's default config
+and a covering sample of the space; and the launcher's promises (the caller's stream, no
+synchronisation, CUDA-graph capture).
+
+The forward under test is the fp32 reference's (its output rounded to the input dtype and its
+LSE), so a failure here is the backward's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from autotune.build.compiler import compile_many
+from autotune.launch.backward import CompiledBackward
+from autotune.launch.tensors import logical_bhld
+from autotune.measure.reference import reference_attention
+from autotune.measure.validate_backward import validate_backward
+from autotune.model.config import Config
+from autotune.model.sampling import covering_sample
+from autotune.model.space import load_space
+from autotune.model.target import default_target
+
+pytestmark = pytest.mark.gpu
+
+
+def runner(kernel: CompiledBackward) -> Callable[..., None]:
+    """The validator's runner: the reference forward, then `kernel`'s backward into the
+    validator's (poisoned) gradient tensors."""
+    import torch
+
+    def run(
+        q: Any, k: Any, v: Any, dout: Any, *, dq: Any, dk: Any, dv: Any, scale: float, layout: str
+    ) -> None:
+        out32, lse = reference_attention(q, k, v, causal=kernel.causal, scale=scale, layout=layout)
+        out = torch.empty_like(q)
+        logical_bhld(out, layout).copy_(out32)
+        kernel(
+            q, k, v, out, dout, lse.contiguous(), scale=scale, layout=layout, dq=dq, dk=dk, dv=dv
+        )
+
+    return run
+
+
+def built(configs: list[Config]) -> list[CompiledBackward]:
+    results = compile_many(configs, default_target())
+    for result in results:
+        assert result.ok, f"{result.config}: {result.message}"
+    return [CompiledBackward(result) for result in results]
+
+
+DEFAULTS = [
+    (d, dtype, causal)
+    for d in (64, 96, 128)
+    for dtype in ("fp16", "bf16")
+    for causal in (False, True)
+]
+SAMPLED = [(128, "bf16", True), (64, "fp16", False)]
+
+
+def sample(head_dim: int, dtype: str, causal: bool) -> list[Config]:
+    """A covering sample: every tunable value in some config."""
+    configs = load_space("bwd").valid_configs(
+        default_target(), {"head_dim": head_dim, "dtype": dtype, "causal": causal}
+    )
+    return list(covering_sample(configs, 0.15, seed=3))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt() -> None:
+    """Every config of the module compiled at once, on all cores (the tests then hit the
+    cache)."""
+    space = load_space("bwd")
+    configs: list[Config] = []
+    for head_dim, dtype, causal in DEFAULTS:
+        config = space.heuristic({"head_dim": head_dim, "dtype": dtype, "causal": causal})
+        assert config is not None
+        configs.append(config)
+    for problem in SAMPLED:
+        configs += sample(*problem)
+    built(configs)
+
+
+@pytest.mark.parametrize(("head_dim", "dtype", "causal"), DEFAULTS)
+def test_default_config_passes_the_gradient_validator(
+    head_dim: int, dtype: str, causal: bool
+) -> None:
+    space = load_space("bwd")
+    config = space.heuristic({"head_dim": head_dim, "dtype": dtype, "causal": causal})
+    assert config is not None
+    (kernel,) = built([config])
+    report = validate_backward(
+        runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=5, device="cuda"
+    )
+    print(f"{space.name_of(config)}: {report.summary()}")
+    assert report.passed, report.summary()
+
+
+def test_a_covering_sample_of_the_space_passes() -> None:
+    """Every tunable value in some config: stages 1 and 2, each swizzle, each dQ warp split,
+    each tile shape the registers allow, at D=128 bf16 causal and D=64 fp16 full."""
+    space = load_space("bwd")
+    failures = []
+    for head_dim, dtype, causal in SAMPLED:
+        for kernel in built(sample(head_dim, dtype, causal)):
+            report = validate_backward(
+                runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=9
+            )
+            print(f"{space.name_of(kernel.config)}: {report.summary()}")
+            if not report.passed:
+                failures.append(f"{space.name_of(kernel.config)}: {report.summary()}")
+    assert not failures, "\n".join(failures)
+
+
+def test_runs_on_the_callers_stream_without_sync_and_in_a_graph() -> None:
+    import torch
+
+    space = load_space("bwd")
+    (kernel,) = built([space.heuristic({"head_dim": 128, "dtype": "bf16", "causal": True})])
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(2, 8, 300, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(2, 2, 333, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    out32, lse = reference_attention(q, k, v, causal=True, scale=128**-0.5)
+    out = out32.to(torch.bfloat16)
+    lse = lse.contiguous()
+    expected = kernel(q, k, v, out, dout, lse)
+    torch.cuda.synchronize()
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = kernel(q, k, v, out, dout, lse)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    stream.synchronize()
+    for a, b in zip(expected, got, strict=True):
+        # dQ is summed by atomics in any order: its last bits may differ
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernel(q, k, v, out, dout, lse)  # warm-up outside the capture
+        with torch.cuda.graph(graph):
+            captured = kernel(q, k, v, out, dout, lse)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in captured:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(expected, captured, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
