@@ -622,6 +622,10 @@ def _eager(
         return _run(prepared, q, k, v, return_lse)
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     scale = None if scale is None else float(scale)  # a numpy number, a Fraction: torch's type
+    if unsupported is None and not return_lse and _needs_grad(q, k, v):
+        differentiated = _with_backward(q, k, v, causal=causal, scale=scale, layout=layout)
+        if differentiated is not None:
+            return differentiated
     reason = ""
     if (
         q.dim() == 4
@@ -650,6 +654,36 @@ def _eager(
         return_lse=return_lse,
         reason=reason,
         strict=_strict(strict),
+    )
+
+
+def _needs_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def _with_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: str,
+) -> torch.Tensor | None:
+    """The output of attention that our backward differentiates, or None where torch's
+    backward is the one to run (training.backward_config)."""
+    from .training import backward_config, differentiable_attention, gradient_problem
+
+    problem = gradient_problem(q, k, v, causal=causal, layout=layout)
+    if problem is None:
+        return None
+    backward = backward_config(problem, q.device.index or 0)
+    if backward is None:
+        return None
+    return differentiable_attention(
+        q, k, v, causal=causal, scale=scale, layout=layout, backward=backward
     )
 
 
@@ -686,12 +720,17 @@ def attention(
     layout: str = "bhld",
     strict: bool | None = None,
 ) -> Any:
-    """softmax(scale * Q K^T [+ causal mask]) V, forward only.
+    """softmax(scale * Q K^T [+ causal mask]) V.
 
     q: [B, Hq, Lq, D], k and v: [B, Hkv, Lk, D] (layout="bhld"), or [B, L, H, D]
     (layout="blhd"), no copy either way. Hq must be a multiple of Hkv (GQA / MQA). Causal is
     aligned bottom-right when Lq != Lk. Returns out (the layout of q), and with return_lse the
     fp32 log-sum-exp [B, Hq, Lq] too.
+
+    Inputs that require grad: where a backward config serves the problem
+    (`runtime.training.backward_config`), the kernels' forward keeps its LSE and the backward
+    family computes dq, dk, dv; elsewhere (and with return_lse) torch SDPA runs forward and
+    backward.
     """
     import torch
 
@@ -699,6 +738,10 @@ def attention(
         strict_mode = _strict(strict)
         check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
         scale = None if scale is None else float(scale)
+        if not return_lse and _needs_grad(q, k, v):
+            differentiated = _with_backward(q, k, v, causal=causal, scale=scale, layout=layout)
+            if differentiated is not None:
+                return differentiated
         out, lse = torch.ops.cute_autotune.attention(
             q, k, v, causal, scale, return_lse, layout, strict_mode
         )
@@ -730,3 +773,4 @@ def explain(
 
 
 from . import op as _op  # noqa: E402,F401  registers torch.ops.cute_autotune.attention
+from . import training as _training  # noqa: E402,F401  registers attention_train and its backward

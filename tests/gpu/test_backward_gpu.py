@@ -159,3 +159,48 @@ def test_runs_on_the_callers_stream_without_sync_and_in_a_graph() -> None:
     torch.cuda.synchronize()
     for a, b in zip(expected, captured, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("layout", ["bhld", "blhd"])
+def test_attention_differentiates_with_the_backward_family(layout: str, tmp_path: Any) -> None:
+    """attention() with inputs that require grad, untuned="kernel": the kernels' forward and
+    the family's backward (its kernel is what runs), gradients against fp32 autograd."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    import autotune
+    from autotune.runtime.attention import configure
+
+    configure(db=f"sqlite:///{tmp_path}/empty.db", use_shipped=False, untuned="kernel")
+    try:
+        g = torch.Generator(device="cuda").manual_seed(2)
+        b, hq, hkv, lq, lk, d = 2, 8, 2, 257, 300, 128
+
+        def make(h: int, length: int) -> torch.Tensor:
+            shape = (b, h, length, d) if layout == "bhld" else (b, length, h, d)
+            t = torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g)
+            return t.requires_grad_()
+
+        q, k, v = make(hq, lq), make(hkv, lk), make(hkv, lk)
+        dout = torch.randn_like(q)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = autotune.attention(q, k, v, causal=True, layout=layout)
+            out.backward(dout)
+            torch.cuda.synchronize()
+        names = {e.name for e in prof.events()}
+        assert "cute_autotune_bwd" in names and "cute_autotune_fwd" in names, sorted(names)[:20]
+
+        qd, kd, vd = (
+            logical_bhld(t.detach(), layout).double().requires_grad_() for t in (q, k, v)
+        )
+        ref = F.scaled_dot_product_attention(
+            qd, kd, vd, attn_mask=causal_lower_right(lq, lk), enable_gqa=True
+        )
+        ref.backward(logical_bhld(dout, layout).double())
+        for got, want in zip((q.grad, k.grad, v.grad), (qd.grad, kd.grad, vd.grad), strict=True):
+            assert got is not None
+            err = (logical_bhld(got, layout).double() - want).abs().max().item()
+            assert err <= 0.03 * max(1.0, want.abs().max().item()), err
+    finally:
+        configure()
