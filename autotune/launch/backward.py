@@ -64,6 +64,11 @@ class CompiledBackward:
     def causal(self) -> bool:
         return bool(self.config["causal"])
 
+    @property
+    def deterministic(self) -> bool:
+        """Whether two runs give bit-identical gradients (dQ added in a fixed order)."""
+        return bool(self.config["deterministic"])
+
     def __call__(
         self,
         q: torch.Tensor,
@@ -126,6 +131,10 @@ class CompiledBackward:
         lse_log2 = torch.empty((b, hq, rows), dtype=torch.float32, device=q.device)
         dpsum = torch.empty_like(lse_log2)
         dq_accum = torch.empty((b, hq, rows, d), dtype=torch.float32, device=q.device)
+        semaphore = None
+        if self.deterministic:  # a counter per query tile, zeroed by the preprocess entry
+            tiles = rows // int(self.config["block_m"])
+            semaphore = torch.empty((b, hq, tiles), dtype=torch.int32, device=q.device)
         plan.launch(
             *(op.ptr for op in ops),
             lse=lse.data_ptr(),
@@ -133,5 +142,6 @@ class CompiledBackward:
             dpsum=dpsum.data_ptr(),
             dq_accum=dq_accum.data_ptr(),
             stream=current_stream_handle(q.device),
+            dq_semaphore=0 if semaphore is None else semaphore.data_ptr(),
         )
         return grads[0], grads[1], grads[2]

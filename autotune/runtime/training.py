@@ -36,7 +36,17 @@ def backward_config(problem: Problem, device_index: int) -> str | None:
     from .attention import dispatcher, generation
 
     chosen = dispatcher()
-    key = (problem.head_dim, problem.dtype, problem.causal, device_index, generation())
+    # torch.use_deterministic_algorithms(True): only a deterministic backward (bit-identical
+    # gradients) may run
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    key = (
+        problem.head_dim,
+        problem.dtype,
+        problem.causal,
+        deterministic,
+        device_index,
+        generation(),
+    )
     if key in _configs:
         return _configs[key]
     answer = None
@@ -49,6 +59,7 @@ def backward_config(problem: Problem, device_index: int) -> str | None:
             "head_dim": problem.head_dim,
             "dtype": problem.dtype,
             "causal": problem.causal,
+            "deterministic": deterministic,
         }
         if problem.head_dim in space.params["head_dim"].values:
             config = space.heuristic(values)

@@ -34,6 +34,17 @@ __forceinline__ __device__ auto head_rows(Element* base, int64_t batch_stride, i
                      make_shape(rows, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
 }
 
+// The counter protocol of the deterministic mode: acquire and release at GPU scope.
+__forceinline__ __device__ int load_acquire(const int* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__forceinline__ __device__ void store_release(int* address, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
+}
+
 template <typename Traits>
 __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   using Element = typename Traits::Element;
@@ -240,9 +251,28 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
     gemm_rs(acc_dq, tQrdS, tQrKt, tXsKt, mma_dq, s2r_copy_kt, s2r_thr_copy_kt,
             [&](auto k) { cute::copy(s2r_copy_ds, tXsdS(_, _, k), tXrdS(_, _, k)); });
     float* dq_rows = p.dq_accum + row_base * kHeadDim;
+    int* semaphore = nullptr;
+    if constexpr (Traits::kDeterministic) {
+      // Every key tile from 0 up to this one adds to this query tile (the causal ones that
+      // skip it are the last ones), so the tiles before this one number n_block. A key tile
+      // of lower index was dispatched before this CTA: waiting on it cannot deadlock.
+      semaphore = p.dq_semaphore +
+                  (int64_t(batch) * p.heads_q + head) * (p.seqlen_q_rounded / kBlockM) +
+                  m_block_of(t);
+      if (tid == 0) {
+        while (load_acquire(semaphore) != n_block) {}
+      }
+      __syncthreads();
+    }
+    // Reductions at L2 (never a stale L1 line), in a fixed order when deterministic.
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); ++i) {
       atomicAdd(dq_rows + get<0>(tdQc(i)) * kHeadDim + get<1>(tdQc(i)), acc_dq(i));
+    }
+    if constexpr (Traits::kDeterministic) {
+      __threadfence();  // this thread's additions performed before the release below
+      __syncthreads();
+      if (tid == 0) { store_release(semaphore, n_block + 1); }
     }
   }
   cp_async_wait<0>();
@@ -318,6 +348,11 @@ __forceinline__ __device__ void preprocess(BwdParams const& p) {
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * kHeadDim + col);
     acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  if constexpr (Traits::kDeterministic) {
+    if (lane == 0 && i % Traits::kBlockM == 0) {
+      p.dq_semaphore[bh * (p.seqlen_q_rounded / Traits::kBlockM) + i / Traits::kBlockM] = 0;
+    }
   }
   if (lane == 0) {
     const float lse = i < p.seqlen_q ? p.lse[bh * p.seqlen_q + i] : -INFINITY;

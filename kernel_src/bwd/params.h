@@ -13,7 +13,7 @@ namespace cute_autotune {
 
 // Bump whenever BwdParams or the backward entries' grids change; the launcher refuses a cubin
 // whose LaunchInfo carries another number.
-constexpr int kBwdAbiVersion = 1;
+constexpr int kBwdAbiVersion = 2;  // 2: dq_semaphore
 
 // The fp32 workspaces hold Lq rounded up to this many rows per (batch, head), so the main
 // kernel reads and accumulates whole query tiles without bounds checks (every block_m of the
@@ -39,6 +39,10 @@ struct BwdParams {
   float* lse_log2;  // [B, Hq, Lq_rounded]: LSE * log2(e); +inf for rows that see no key or lie past Lq
   float* dpsum;     // [B, Hq, Lq_rounded]: rowsum(dO * O); 0 past Lq
   float* dq_accum;  // [B, Hq, Lq_rounded, D]: dQ before the softmax scale
+  // Deterministic kernels only (nullptr otherwise): int32 [B, Hq, Lq_rounded / block_m], one
+  // counter per query tile, zeroed by preprocess. The key tiles add their dQ of a query tile
+  // in increasing order: key tile n waits until the counter reads n, adds, then sets n + 1.
+  int* dq_semaphore;
 
   // Strides in elements ([batch, head, row]; the head dimension is contiguous). Base pointers
   // and strides must be 16-byte aligned, as in the forward.

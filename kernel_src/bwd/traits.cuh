@@ -21,7 +21,7 @@ namespace cute_autotune::bwd {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, int kSwizzle_,
-          int kDqWarpsM_, typename Element_, bool kCausal_>
+          int kDqWarpsM_, typename Element_, bool kCausal_, bool kDeterministic_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -33,6 +33,8 @@ struct BwdTraits {
   static constexpr int kSwizzle = kSwizzle_;
   static constexpr int kDqWarpsM = kDqWarpsM_;  // warps along the query rows of dQ = dS K
   static constexpr bool kCausal = kCausal_;
+  // dQ added by the key tiles in a fixed order (params.h, dq_semaphore): bit-identical runs.
+  static constexpr bool kDeterministic = kDeterministic_;
 
   static_assert(std::is_same_v<Element, cutlass::half_t> ||
                     std::is_same_v<Element, cutlass::bfloat16_t>,

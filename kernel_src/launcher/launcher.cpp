@@ -573,7 +573,7 @@ struct BwdPlan {
 
   void launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t dout, uintptr_t dq,
               uintptr_t dk, uintptr_t dv, uintptr_t lse, uintptr_t lse_log2, uintptr_t dpsum,
-              uintptr_t dq_accum, uintptr_t stream) const {
+              uintptr_t dq_accum, uintptr_t stream, uintptr_t dq_semaphore) const {
     BwdParams p = params;
     p.q = reinterpret_cast<const void*>(q);
     p.k = reinterpret_cast<const void*>(k);
@@ -587,6 +587,8 @@ struct BwdPlan {
     p.lse_log2 = reinterpret_cast<float*>(lse_log2);
     p.dpsum = reinterpret_cast<float*>(dpsum);
     p.dq_accum = reinterpret_cast<float*>(dq_accum);
+    // Required by a deterministic kernel, which the caller knows from its config.
+    p.dq_semaphore = reinterpret_cast<int*>(dq_semaphore);
     const uintptr_t all[] = {q, k, v, o, dout, dq, dk, dv, lse, lse_log2, dpsum, dq_accum};
     for (uintptr_t address : all) {
       if (address == 0) throw std::invalid_argument("backward: every operand is required");
@@ -790,7 +792,8 @@ PYBIND11_MODULE(_cute_autotune_launcher, m) {
       })
       .def("launch", &BwdPlan::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
            py::arg("dout"), py::arg("dq"), py::arg("dk"), py::arg("dv"), py::arg("lse"),
-           py::arg("lse_log2"), py::arg("dpsum"), py::arg("dq_accum"), py::arg("stream"));
+           py::arg("lse_log2"), py::arg("dpsum"), py::arg("dq_accum"), py::arg("stream"),
+           py::arg("dq_semaphore") = 0);
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("cluster", [](const Plan& p) { return p.cluster; })
       .def_property_readonly("grid", [](const Plan& p) {

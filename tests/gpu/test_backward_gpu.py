@@ -82,7 +82,36 @@ def prebuilt() -> None:
         configs.append(config)
     for problem in SAMPLED:
         configs += sample(*problem)
+    configs += deterministic_defaults()
     built(configs)
+
+
+def deterministic_defaults() -> list[Config]:
+    space = load_space("bwd")
+    configs = []
+    for head_dim, dtype, causal in ((128, "bf16", True), (64, "fp16", False)):
+        config = space.heuristic(
+            {"head_dim": head_dim, "dtype": dtype, "causal": causal, "deterministic": True}
+        )
+        assert config is not None
+        configs.append(config)
+    return configs
+
+
+def test_deterministic_mode_gives_bit_identical_gradients() -> None:
+    """The validator's deterministic mode: its two runs must be bit-identical, dQ included."""
+    for kernel in built(deterministic_defaults()):
+        config = kernel.config
+        report = validate_backward(
+            runner(kernel),
+            head_dim=int(config["head_dim"]),
+            dtype=str(config["dtype"]),
+            causal=bool(config["causal"]),
+            seed=21,
+            deterministic=True,
+        )
+        print(f"{load_space('bwd').name_of(config)}: {report.summary()}")
+        assert report.passed, report.summary()
 
 
 @pytest.mark.parametrize(("head_dim", "dtype", "causal"), DEFAULTS)

@@ -36,7 +36,7 @@ def kernel(monkeypatch: pytest.MonkeyPatch) -> tuple[CompiledBackward, Recording
     recorder = RecordingKernel()
     monkeypatch.setattr(backward, "current_stream_handle", lambda device: 7)
     compiled = CompiledBackward.__new__(CompiledBackward)
-    compiled.config = {"causal": True}  # type: ignore[assignment]
+    compiled.config = {"causal": True, "deterministic": False, "block_m": 64}  # type: ignore[assignment]
     compiled.device = 0
     compiled._kernel = recorder
     return compiled, recorder
@@ -85,7 +85,17 @@ def test_plan_and_launch_get_every_operand(kernel: Any, layout: str) -> None:
     order = (t["q"], t["k"], t["v"], t["out"], t["dout"], dq, dk, dv)
     assert list(ptrs) == [x.data_ptr() for x in order]
     assert rest["lse"] == t["lse"].data_ptr() and rest["stream"] == 7
+    assert rest["dq_semaphore"] == 0  # not a deterministic config
     assert {rest["lse_log2"], rest["dpsum"], rest["dq_accum"]}.isdisjoint({0})
+
+
+def test_a_deterministic_config_gets_a_counter_per_query_tile(kernel: Any) -> None:
+    compiled, recorder = kernel
+    compiled.config = {"causal": True, "deterministic": True, "block_m": 64}
+    t = tensors("bhld")
+    compiled(t["q"], t["k"], t["v"], t["out"], t["dout"], t["lse"])
+    ((_, rest),) = recorder.launches
+    assert rest["dq_semaphore"] != 0
 
 
 def test_given_gradients_are_written_into(kernel: Any) -> None:

@@ -49,6 +49,17 @@ def test_untuned_kernel_runs_the_family_default(dispatcher_of: Any) -> None:
     assert config["family"] == "bwd" and config["head_dim"] == 128 and config["causal"] is True
 
 
+def test_torchs_deterministic_setting_picks_a_deterministic_backward(dispatcher_of: Any) -> None:
+    dispatcher_of("kernel")
+    assert json.loads(training.backward_config(problem(), 0) or "{}")["deterministic"] is False
+    torch.use_deterministic_algorithms(True)
+    try:
+        chosen = training.backward_config(problem(), 0)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert chosen is not None and json.loads(chosen)["deterministic"] is True
+
+
 def test_measured_dispatch_keeps_torchs_backward(dispatcher_of: Any) -> None:
     dispatcher_of("measured")
     assert training.backward_config(problem(), 0) is None
