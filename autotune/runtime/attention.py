@@ -335,8 +335,10 @@ def read_inputs(
     head_dims = _head_dims()
     if problem.head_dim not in head_dims:
         return problem, f"head dim {problem.head_dim} is not one of {list(head_dims)}"
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        return problem, "an input requires grad and the kernels are forward-only"
+    if (q.requires_grad or k.requires_grad or v.requires_grad) and not _backward_serves(
+        problem, q.device.index or 0
+    ):
+        return problem, "an input requires grad and no backward config serves the problem"
     elem = q.element_size()
     for name, t in (("q", qb), ("k", kb), ("v", vb)):
         if t.stride(3) != 1:
@@ -344,6 +346,15 @@ def read_inputs(
         if t.data_ptr() % ALIGN_BYTES or any((s * elem) % ALIGN_BYTES for s in t.stride()[:3]):
             return problem, f"{name}'s data pointer or strides are not {ALIGN_BYTES}-byte aligned"
     return problem, None
+
+
+def _backward_serves(problem: Problem, device_index: int) -> bool:
+    """Whether attention()'s gradients of `problem` would run a backward kernel."""
+    import torch
+
+    from .training import backward_config
+
+    return torch.is_grad_enabled() and backward_config(problem, device_index) is not None
 
 
 def _fallback(
@@ -622,7 +633,7 @@ def _eager(
         return _run(prepared, q, k, v, return_lse)
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     scale = None if scale is None else float(scale)  # a numpy number, a Fraction: torch's type
-    if unsupported is None and not return_lse and _needs_grad(q, k, v):
+    if not return_lse and _needs_grad(q, k, v):
         differentiated = _with_backward(q, k, v, causal=causal, scale=scale, layout=layout)
         if differentiated is not None:
             return differentiated

@@ -291,6 +291,15 @@ def attention_with_kvcache(
     """
     import torch
 
+    if torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in (q, k_cache, v_cache, k_new, v_new)
+    ):
+        raise ValueError(
+            "attention_with_kvcache() is forward-only (an inference path: it writes the caches "
+            "in place); an input requires grad: call autotune.attention() for gradients, or "
+            "run under torch.no_grad()"
+        )
     if torch.compiler.is_compiling():
         out, lse = torch.ops.cute_autotune.attention_with_kvcache(
             q,

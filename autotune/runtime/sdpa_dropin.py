@@ -65,8 +65,6 @@ def _torch_rule(
         return f"is_causal={shown(is_causal)} is not a bool"
     if scale is not None and not valid_scale(scale):
         return f"scale={shown(scale)} (the kernels take a finite scale > 0)"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-        return "autograd: an input requires grad and the kernels are forward-only"
     if any(t.dim() != 4 for t in (query, key, value)):
         return "inputs are not 4-D [B, H, L, D]"
     if (

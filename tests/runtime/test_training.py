@@ -78,6 +78,35 @@ def test_the_choice_follows_configure(dispatcher_of: Any) -> None:
     assert training.backward_config(problem(), 0) is None
 
 
+def test_inputs_that_require_grad_are_served_only_where_a_backward_runs(
+    dispatcher_of: Any,
+) -> None:
+    from autotune.runtime.attention import _backward_serves
+
+    dispatcher_of("kernel")
+    assert _backward_serves(problem(), 0)
+    with torch.no_grad():  # no graph is recorded: nothing to differentiate
+        assert not _backward_serves(problem(), 0)
+    dispatcher_of("measured")
+    assert not _backward_serves(problem(), 0)
+
+
+def test_attention_with_kvcache_refuses_inputs_that_require_grad() -> None:
+    import autotune
+
+    q = torch.randn(1, 1, 2, 64, requires_grad=True)
+    cache = torch.randn(1, 16, 2, 64)
+    with pytest.raises(ValueError, match=r"forward-only.*autotune.attention\(\)"):
+        autotune.attention_with_kvcache(q, cache, cache.clone())
+    with torch.no_grad():  # allowed: nothing to differentiate (here: a CPU fallback)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                autotune.attention_with_kvcache(q, cache, cache.clone())
+            except ValueError as exc:
+                assert "forward-only" not in str(exc)
+
+
 class ReferenceBackward:
     """Stands for a loaded backward kernel: the fp32 reference gradients, in the dtype and
     layout of q, k and v, and a record of what it was handed."""

@@ -125,7 +125,7 @@ def fake_nvcc(monkeypatch: pytest.MonkeyPatch, cache_root: Path) -> list[list[st
     monkeypatch.setattr(
         compiler,
         "read_launch_info",
-        lambda cubin: LaunchInfo(1, 0, 128, 0, 0, 128, 64, 256, 65536),
+        lambda cubin, symbol="": LaunchInfo(1, 0, 128, 0, 0, 128, 64, 256, 65536),
     )
     return runs
 
