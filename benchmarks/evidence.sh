@@ -17,6 +17,10 @@
 #   versions     a kernel change: llm-prefill's dispatched configs built from the old tree
 #                (.oldtree/, `git archive <commit> | tar -x -C .oldtree`) and from this one,
 #                timed side by side beside SDPA (kernel_versions.py)
+#   backward     the backward family's GPU tests (every default through the gradient
+#                validator, a covering sample, the deterministic mode, stream/graph, autograd
+#                through attention()), then backward_bench.py (BWD_CONFIGS: a JSON list of
+#                configs to time; default: each head dim's default)
 # Measurement (SDPA's default measured in the same run)
 #   bench        `cute-autotune bench` and the plain alternating check on SETS (default
 #                "llm-prefill llm-decode"), from the tuning database DB (default db/h200.json
@@ -95,6 +99,15 @@ validate)
       --json "$OUT/check_sample_$family.json" --quiet > "$OUT/check_sample_$family.txt" 2>&1
     at "check $family" $?; tail -n 4 "$OUT/check_sample_$family.txt"
   done ;;
+backward)
+  timeout "${BWD_TESTS_S:-400}" python3 -m pytest tests/gpu/test_backward_gpu.py -q -rfE -s \
+    -p no:cacheprovider --durations=10 > "$OUT/pytest_backward.txt" 2>&1
+  at "backward tests" $?; grep -E "bwd_d|passed|failed|Error" "$OUT/pytest_backward.txt" \
+    | cut -c1-240 | tail -n 40
+  timeout "${BWD_BENCH_S:-150}" python3 $B/backward_bench.py --calls 20 \
+    ${BWD_CONFIGS:+--configs "$BWD_CONFIGS"} --json "$OUT/backward_bench.json" \
+    > "$OUT/backward_bench.txt" 2>&1
+  at "backward bench" $?; cut -c1-400 "$OUT/backward_bench.txt" | tail -n 8 ;;
 sanitize)
   variants=${VARIANTS:-$B/configs/structural_variants.json}
   python3 -m autotune.cli compile --config @"$variants" --arch sm_90 --quiet > /dev/null 2>&1
