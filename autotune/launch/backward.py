@@ -133,7 +133,7 @@ class CompiledBackward:
         dq_accum = torch.empty((b, hq, rows, d), dtype=torch.float32, device=q.device)
         semaphore = None
         if self.deterministic:  # a counter per query tile, zeroed by the preprocess entry
-            tiles = rows // int(self.config["block_m"])
+            tiles = rows // int(self.config["block_m"]) * int(self.config["d_slices"])
             semaphore = torch.empty((b, hq, tiles), dtype=torch.int32, device=q.device)
         plan.launch(
             *(op.ptr for op in ops),

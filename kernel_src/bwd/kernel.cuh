@@ -53,9 +53,12 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
   constexpr bool kCausal = Traits::kCausal;
+  constexpr int kSliceD = Traits::kSliceD;
 
   const int tid = threadIdx.x;
-  const int n_block = blockIdx.x;
+  const int n_block = blockIdx.x / Traits::kDSlices;
+  const int d_slice = blockIdx.x % Traits::kDSlices;
+  const int d0 = d_slice * kSliceD;  // this CTA's columns of dK, dV and dQ
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n0 = n_block * kBlockN;
@@ -82,10 +85,11 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   Tensor sQ = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutQ{});    // (BM,D,S)
   Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQ{});   // (BM,D,S)
   Tensor sdS = make_tensor(sdO.data() + size(sdO), typename Traits::SmemLayoutdS{});  // (BM,BN)
-  Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});             // (D,BM,S)
-  Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});           // (D,BM,S)
+  // This CTA's head-dim slice, transposed (traits.cuh: a slice is its base pointer moved).
+  Tensor sQt = make_tensor(sQ.data() + d0 * kBlockM, typename Traits::SmemLayoutQt{});   // (DS,BM,S)
+  Tensor sdOt = make_tensor(sdO.data() + d0 * kBlockM, typename Traits::SmemLayoutQt{});  // (DS,BM,S)
   Tensor sQtNoSwizzle = make_tensor(sQ.data().get(), typename Traits::SmemLayoutQtNoSwizzle{});
-  Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});             // (D,BN)
+  Tensor sKt = make_tensor(sK.data() + d0 * kBlockN, typename Traits::SmemLayoutKt{});   // (DS,BN)
   Tensor sKtNoSwizzle = make_tensor(sK.data().get(), typename Traits::SmemLayoutKtNoSwizzle{});
   Tensor sdSt = make_tensor(sdS.data(), typename Traits::SmemLayoutdSt{});          // (BN,BM)
   // Per slot: the LSE (base 2) of the Q tile's rows, then their dPsum.
@@ -133,8 +137,8 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   Tensor tSrQ = thr_mma.partition_fragment_B(sQ(_, _, _0{}));  // (MMA,MMA_M,MMA_D)
   Tensor tSrdO = thr_mma.partition_fragment_B(sdO(_, _, _0{}));
   Tensor tKVrQt = thr_mma.partition_fragment_B(sQtNoSwizzle);  // (MMA,MMA_D,MMA_M); Q^T and dO^T
-  Tensor acc_dk = partition_fragment_C(mma, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-  Tensor acc_dv = partition_fragment_C(mma, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor acc_dk = partition_fragment_C(mma, Shape<Int<kBlockN>, Int<kSliceD>>{});
+  Tensor acc_dv = partition_fragment_C(mma, Shape<Int<kBlockN>, Int<kSliceD>>{});
   clear(acc_dk);
   clear(acc_dv);
 
@@ -165,7 +169,7 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   auto s2r_copy_kt = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
   auto s2r_thr_copy_kt = s2r_copy_kt.get_thread_slice(tid);
   Tensor tXsKt = s2r_thr_copy_kt.partition_S(sKt);  // (CPY,CPY_D,CPY_N)
-  Tensor tdQc = thr_mma_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tdQc = thr_mma_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kSliceD>>{}));
 
   // Coordinates of this thread's S^T values: rows are keys, columns queries.
   Tensor tSc = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
@@ -246,19 +250,20 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
       if (t + 1 < steps) { load_q_do(t + 1, 0); }
       cp_async_fence();
     }
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kSliceD>>{});
     clear(acc_dq);
     gemm_rs(acc_dq, tQrdS, tQrKt, tXsKt, mma_dq, s2r_copy_kt, s2r_thr_copy_kt,
             [&](auto k) { cute::copy(s2r_copy_ds, tXsdS(_, _, k), tXrdS(_, _, k)); });
-    float* dq_rows = p.dq_accum + row_base * kHeadDim;
+    float* dq_rows = p.dq_accum + row_base * kHeadDim + d0;
     int* semaphore = nullptr;
     if constexpr (Traits::kDeterministic) {
       // Every key tile from 0 up to this one adds to this query tile (the causal ones that
       // skip it are the last ones), so the tiles before this one number n_block. A key tile
       // of lower index was dispatched before this CTA: waiting on it cannot deadlock.
       semaphore = p.dq_semaphore +
-                  (int64_t(batch) * p.heads_q + head) * (p.seqlen_q_rounded / kBlockM) +
-                  m_block_of(t);
+                  ((int64_t(batch) * p.heads_q + head) * (p.seqlen_q_rounded / kBlockM) +
+                   m_block_of(t)) * Traits::kDSlices +
+                  d_slice;
       if (tid == 0) {
         while (load_acquire(semaphore) != n_block) {}
       }
@@ -285,26 +290,30 @@ __forceinline__ __device__ void bwd_tile(BwdParams const& p, char* smem) {
   Tensor rdV = convert_fragment<Element>(acc_dv);
   auto r2s_copy = make_tiled_copy_C(typename Traits::SmemCopyAtomOut{}, mma);
   auto r2s_thr_copy = r2s_copy.get_thread_slice(tid);
+  Tensor sdK = make_tensor(sK.data() + d0 * kBlockN, typename Traits::SmemLayoutKVSlice{});
+  Tensor sdV = make_tensor(sV.data() + d0 * kBlockN, typename Traits::SmemLayoutKVSlice{});
   __syncthreads();  // every warp is done with K and V
-  cute::copy(r2s_copy, r2s_thr_copy.retile_S(rdK), r2s_thr_copy.partition_D(sK));
-  cute::copy(r2s_copy, r2s_thr_copy.retile_S(rdV), r2s_thr_copy.partition_D(sV));
+  cute::copy(r2s_copy, r2s_thr_copy.retile_S(rdK), r2s_thr_copy.partition_D(sdK));
+  cute::copy(r2s_copy, r2s_thr_copy.retile_S(rdV), r2s_thr_copy.partition_D(sdV));
   __syncthreads();
 
   Tensor mdK = head_rows<kHeadDim>(static_cast<Element*>(p.dk), p.dk_batch_stride,
                                    p.dk_head_stride, p.dk_row_stride, batch, kv_head, p.seqlen_k);
   Tensor mdV = head_rows<kHeadDim>(static_cast<Element*>(p.dv), p.dv_batch_stride,
                                    p.dv_head_stride, p.dv_row_stride, batch, kv_head, p.seqlen_k);
-  Tensor gdK = local_tile(mdK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, 0));
-  Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, 0));
+  Tensor gdK =
+      local_tile(mdK, Shape<Int<kBlockN>, Int<kSliceD>>{}, make_coord(n_block, d_slice));
+  Tensor gdV =
+      local_tile(mdV, Shape<Int<kBlockN>, Int<kSliceD>>{}, make_coord(n_block, d_slice));
   typename Traits::GmemTiledCopyOut copy_out;
   auto thr_copy_out = copy_out.get_thread_slice(tid);
-  Tensor tOc = thr_copy_out.partition_D(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  Tensor tOc = thr_copy_out.partition_D(make_identity_tensor(Shape<Int<kBlockN>, Int<kSliceD>>{}));
   Tensor tdKgdK = thr_copy_out.partition_D(gdK);
   Tensor tdVgdV = thr_copy_out.partition_D(gdV);
   Tensor tdKr = make_tensor<Element>(shape(tdKgdK));
   Tensor tdVr = make_tensor<Element>(shape(tdVgdV));
-  cute::copy(copy_out, thr_copy_out.partition_S(sK), tdKr);
-  cute::copy(copy_out, thr_copy_out.partition_S(sV), tdVr);
+  cute::copy(copy_out, thr_copy_out.partition_S(sdK), tdKr);
+  cute::copy(copy_out, thr_copy_out.partition_S(sdV), tdVr);
   copy_rows<false>(copy_out, tdKr, tdKgdK, tOc, key_rows);
   copy_rows<false>(copy_out, tdVr, tdVgdV, tOc, key_rows);
 }
@@ -350,8 +359,10 @@ __forceinline__ __device__ void preprocess(BwdParams const& p) {
     acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   if constexpr (Traits::kDeterministic) {
-    if (lane == 0 && i % Traits::kBlockM == 0) {
-      p.dq_semaphore[bh * (p.seqlen_q_rounded / Traits::kBlockM) + i / Traits::kBlockM] = 0;
+    if (lane < Traits::kDSlices && i % Traits::kBlockM == 0) {
+      p.dq_semaphore[(bh * (p.seqlen_q_rounded / Traits::kBlockM) + i / Traits::kBlockM) *
+                         Traits::kDSlices +
+                     lane] = 0;
     }
   }
   if (lane == 0) {

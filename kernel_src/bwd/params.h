@@ -13,7 +13,7 @@ namespace cute_autotune {
 
 // Bump whenever BwdParams or the backward entries' grids change; the launcher refuses a cubin
 // whose LaunchInfo carries another number.
-constexpr int kBwdAbiVersion = 2;  // 2: dq_semaphore
+constexpr int kBwdAbiVersion = 3;  // 2: dq_semaphore; 3: head-dim slices
 
 // The fp32 workspaces hold Lq rounded up to this many rows per (batch, head), so the main
 // kernel reads and accumulates whole query tiles without bounds checks (every block_m of the
@@ -39,8 +39,8 @@ struct BwdParams {
   float* lse_log2;  // [B, Hq, Lq_rounded]: LSE * log2(e); +inf for rows that see no key or lie past Lq
   float* dpsum;     // [B, Hq, Lq_rounded]: rowsum(dO * O); 0 past Lq
   float* dq_accum;  // [B, Hq, Lq_rounded, D]: dQ before the softmax scale
-  // Deterministic kernels only (nullptr otherwise): int32 [B, Hq, Lq_rounded / block_m], one
-  // counter per query tile, zeroed by preprocess. The key tiles add their dQ of a query tile
+  // Deterministic kernels only (nullptr otherwise): int32 [B, Hq, Lq_rounded / block_m,
+  // d_slices], one counter per query tile and head-dim slice, zeroed by preprocess. The key tiles add their dQ of a query tile
   // in increasing order: key tile n waits until the counter reads n, adds, then sets n + 1.
   int* dq_semaphore;
 
@@ -74,9 +74,11 @@ inline unsigned bwd_post_blocks(const BwdParams& p, int head_dim) {
   const int64_t chunks = int64_t(p.batch) * p.heads_q * p.seqlen_q * (head_dim / 8);
   return static_cast<unsigned>((chunks + kBwdAuxThreads - 1) / kBwdAuxThreads);
 }
-// Main kernel: one CTA per (key tile, KV head, batch).
-inline void bwd_grid(const BwdParams& p, int block_n, unsigned grid[3]) {
-  grid[0] = static_cast<unsigned>((p.seqlen_k + block_n - 1) / block_n);
+// Main kernel: one CTA per (key tile and head-dim slice, KV head, batch), the slice the faster
+// index of x. A backward cubin's LaunchInfo (the forward's struct) carries d_slices, the CTAs
+// per key tile, in its split_kv field.
+inline void bwd_grid(const BwdParams& p, int block_n, int d_slices, unsigned grid[3]) {
+  grid[0] = static_cast<unsigned>((p.seqlen_k + block_n - 1) / block_n * d_slices);
   grid[1] = static_cast<unsigned>(p.heads_kv);
   grid[2] = static_cast<unsigned>(p.batch);
 }

@@ -21,7 +21,7 @@ namespace cute_autotune::bwd {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, int kSwizzle_,
-          int kDqWarpsM_, typename Element_, bool kCausal_, bool kDeterministic_>
+          int kDqWarpsM_, int kDSlices_, typename Element_, bool kCausal_, bool kDeterministic_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -32,6 +32,11 @@ struct BwdTraits {
   static constexpr int kStages = kStages_;  // 1: one Q/dO buffer; 2: the next tile loads meanwhile
   static constexpr int kSwizzle = kSwizzle_;
   static constexpr int kDqWarpsM = kDqWarpsM_;  // warps along the query rows of dQ = dS K
+  // CTAs per key tile, each computing dK, dV and dQ for its slice of the head dim (S^T and
+  // dP^T, which need all of it, are computed by each): what keeps dK and dV in registers at
+  // large head dims.
+  static constexpr int kDSlices = kDSlices_;
+  static constexpr int kSliceD = kHeadDim / kDSlices;
   static constexpr bool kCausal = kCausal_;
   // dQ added by the key tiles in a fixed order (params.h, dq_semaphore): bit-identical runs.
   static constexpr bool kDeterministic = kDeterministic_;
@@ -45,10 +50,13 @@ struct BwdTraits {
                 "block_n must be a multiple of 16 * num_warps (warps own 16-row key slabs)");
   static_assert(kBlockM % 16 == 0 && kBwdSeqlenRound % kBlockM == 0,
                 "block_m must be a multiple of 16 that divides 128");
+  static_assert(kDSlices == 1 || (kDSlices == 2 && kHeadDim % 128 == 0),
+                "d_slices is 1, or 2 where head_dim is a multiple of 128 (slices of whole "
+                "64-column pages)");
   static_assert(kNWarps % kDqWarpsM == 0 && kBlockM % (16 * kDqWarpsM) == 0 &&
-                    kHeadDim % (16 * (kNWarps / kDqWarpsM)) == 0,
+                    kSliceD % (16 * (kNWarps / kDqWarpsM)) == 0,
                 "dq_warps_m must divide num_warps, block_m must be a multiple of 16 * dq_warps_m "
-                "and head_dim a multiple of 16 * num_warps / dq_warps_m");
+                "and head_dim / d_slices a multiple of 16 * num_warps / dq_warps_m");
 
   // Shared-memory pages as in the forward: 64 columns (128 bytes) when the width allows it,
   // so the XOR swizzle spans all 8 sixteen-byte chunks of a row; 32 columns otherwise.
@@ -81,10 +89,10 @@ struct BwdTraits {
 
   // dK and dV live in fp32 registers for the whole CTA; S^T and dP^T beside them per step.
   static constexpr int kAccumRegs =
-      (2 * kBlockN * kHeadDim + 2 * kBlockN * kBlockM) / kNThreads;
+      (2 * kBlockN * kSliceD + 2 * kBlockN * kBlockM) / kNThreads;
   static_assert(kAccumRegs <= 192,
                 "accumulators need more than 192 registers per thread: (2 * block_n * head_dim "
-                "+ 2 * block_n * block_m) / (32 * num_warps) > 192");
+                "/ d_slices + 2 * block_n * block_m) / (32 * num_warps) > 192");
 
   using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
                                      MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
@@ -104,18 +112,24 @@ struct BwdTraits {
                                               Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(tile_to_shape(
       SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  // Transposed views (no data moves; read with ldmatrix.trans): Q^T and dO^T as the B
-  // operands of dK and dV, K^T as the B operand of dQ.
+  // Transposed views of this CTA's head-dim slice (no data moves; read with ldmatrix.trans):
+  // Q^T and dO^T as the B operands of dK and dV, K^T as the B operand of dQ. A slice of whole
+  // 64-column pages starts kSliceD * rows elements further (tile_to_shape lays pages out one
+  // after another), past every swizzle bit, so a view of it is its base pointer moved.
   using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+      SmemLayoutQ{}, make_layout(Shape<Int<kSliceD>, Int<kBlockM>, Int<kStages>>{},
                                  make_stride(Int<kBlockM>{}, _1{}, Int<kBlockM * kHeadDim>{}))));
   using SmemLayoutQtNoSwizzle = decltype(get_nonswizzle_portion(composition(
       SmemLayoutQ{},
-      make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, make_stride(Int<kBlockM>{}, _1{})))));
+      make_layout(Shape<Int<kSliceD>, Int<kBlockM>>{}, make_stride(Int<kBlockM>{}, _1{})))));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutKV{},
-      make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_stride(Int<kBlockN>{}, _1{}))));
+      make_layout(Shape<Int<kSliceD>, Int<kBlockN>>{}, make_stride(Int<kBlockN>{}, _1{}))));
   using SmemLayoutKtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutKt{}));
+  // The slice of K and V's storage that dK and dV pass through on their way out.
+  using SmemLayoutKVSlice = decltype(composition(
+      SmemLayoutKV{},
+      make_layout(Shape<Int<kBlockN>, Int<kSliceD>>{}, make_stride(_1{}, Int<kBlockN>{}))));
 
   using SmemLayoutAtomdS = decltype(composition(
       Swizzle<kSwizzledS, 3, 3>{},
@@ -146,6 +160,7 @@ struct BwdTraits {
         80, kHeadDim, std::is_same_v<Element, cutlass::half_t> ? kDTypeFloat16 : kDTypeBFloat16,
         kCausal, kBlockM, kBlockN, kNThreads, kSmemBytes);
     info.abi_version = kBwdAbiVersion;
+    info.split_kv = kDSlices;  // a backward cubin's split_kv: CTAs per key tile (params.h)
     return info;
   }
 };

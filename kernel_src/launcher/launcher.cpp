@@ -711,7 +711,8 @@ class BwdKernel {
     p.seqlen_q_rounded = int(rounded);
     p.scale = static_cast<float>(scale);
     p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-    cute_autotune::bwd_grid(p, info_.block_n, plan.grid);
+    // A backward cubin's split_kv: its CTAs per key tile (head-dim slices; params.h).
+    cute_autotune::bwd_grid(p, info_.block_n, std::max(info_.split_kv, 1), plan.grid);
     if (plan.grid[1] > 65535 || plan.grid[2] > 65535) {
       throw std::invalid_argument("heads_kv and batch must be at most 65535");
     }

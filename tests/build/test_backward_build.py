@@ -38,7 +38,7 @@ def test_default_config_builds_with_its_entries_and_launch_info(tmp_path: Path) 
         128,
         256,
     )
-    assert info.abi_version == 2  # kBwdAbiVersion: the launcher's BwdKernel checks it
+    assert info.abi_version == 3  # kBwdAbiVersion: the launcher's BwdKernel checks it
     derived = space.derived_values(config, H200)
     assert info.smem_bytes == derived["smem_bytes"]
     with pytest.raises(CubinError, match="cute_autotune_fwd_info"):

@@ -55,7 +55,7 @@ def built(configs: list[Config]) -> list[CompiledBackward]:
 
 DEFAULTS = [
     (d, dtype, causal)
-    for d in (64, 96, 128)
+    for d in (64, 96, 128, 256)
     for dtype in ("fp16", "bf16")
     for causal in (False, True)
 ]

@@ -39,7 +39,7 @@ def test_entry_and_info_symbols_follow_the_direction() -> None:
     assert load_space("sm80").entry_symbol == "cute_autotune_fwd"
 
 
-@pytest.mark.parametrize("head_dim", [64, 96, 128])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
 def test_every_head_dim_has_a_default_that_fits_the_h200(head_dim: int) -> None:
     space = load_space("bwd")
     for dtype in ("fp16", "bf16"):
@@ -53,7 +53,7 @@ def test_every_head_dim_has_a_default_that_fits_the_h200(head_dim: int) -> None:
 
 def test_the_space_has_real_choices_at_each_head_dim() -> None:
     space = load_space("bwd")
-    for head_dim in (64, 96, 128):
+    for head_dim in (64, 96, 128, 256):
         configs = space.valid_configs(
             H200, {"head_dim": head_dim, "dtype": "bf16", "causal": True}
         )
