@@ -22,7 +22,7 @@ from autotune.measure.reference import reference_attention
 from autotune.measure.validate_backward import validate_backward
 from autotune.model.config import Config
 from autotune.model.sampling import covering_sample
-from autotune.model.space import load_space
+from autotune.model.space import default_config, load_space
 from autotune.model.target import default_target
 
 pytestmark = pytest.mark.gpu
@@ -83,7 +83,16 @@ def prebuilt() -> None:
     for problem in SAMPLED:
         configs += sample(*problem)
     configs += deterministic_defaults()
-    built(configs)
+    results = compile_many(configs + [forward_default()], default_target())
+    for result in results:
+        assert result.ok, f"{result.config}: {result.message}"
+
+
+def forward_default() -> Config:
+    """The forward config the autograd test's problem runs (the kernels' own default)."""
+    config = default_config({"head_dim": 128, "dtype": "bf16", "causal": True}, default_target())
+    assert config is not None
+    return config
 
 
 def deterministic_defaults() -> list[Config]:
