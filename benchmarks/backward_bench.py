@@ -39,7 +39,7 @@ def flops(b: int, hq: int, lq: int, lk: int, d: int, causal: bool) -> float:
 
 def forward_with_lse(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
     """O and its LSE (fp32 [B, Hq, Lq], natural base) from the reference (exact, fp32)."""
-    from autotune.measure.reference import reference_attention
+    from autotune.measure import reference_attention
 
     out32, lse = reference_attention(q, k, v, causal=causal, scale=scale)
     return out32.to(q.dtype), lse.contiguous()
@@ -50,9 +50,9 @@ def run_shape(shape: Shape, configs: list[Any], calls: int, dtype_name: str) -> 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from autotune.build.compiler import compile_many
-    from autotune.launch.backward import CompiledBackward
-    from autotune.model.space import load_space
+    from autotune.build import compile_many
+    from autotune.launch import CompiledBackward
+    from autotune.model import load_space
 
     b, hq, hkv, length, d, causal = shape
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
@@ -161,7 +161,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("backward_bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    from autotune.model.config import Config
+    from autotune.model import Config
 
     configs = []
     if args.configs:

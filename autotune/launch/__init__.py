@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checkers here
+    from .backward import CompiledBackward
     from .kernel import CompiledKernel
     from .launcher import launcher_path
     from .tensors import torch_dtype
@@ -16,12 +17,14 @@ if TYPE_CHECKING:  # resolved lazily at run time (__getattr__), typed for checke
 # The names scripts and other callers may import from this stage; each is loaded on first
 # use from its module, so importing one module of the stage does not load the others.
 __all__ = [
+    "CompiledBackward",
     "CompiledKernel",
     "launcher_path",
     "torch_dtype",
 ]
 
 _LAZY: dict[str, tuple[str, str]] = {
+    "CompiledBackward": ("backward", "CompiledBackward"),
     "CompiledKernel": ("kernel", "CompiledKernel"),
     "launcher_path": ("launcher", "launcher_path"),
     "torch_dtype": ("tensors", "torch_dtype"),

@@ -598,6 +598,7 @@ def _eager(
     layout: str,
     strict: bool | None,
     unsupported: Callable[[str], Any] | None = None,
+    deterministic: bool = False,
 ) -> Any:
     """`attention` without the compile check; `unsupported(reason)`, when given, answers the
     inputs no kernel can run in place of the warned torch SDPA fallback (the SDPA drop-in
@@ -634,7 +635,9 @@ def _eager(
     check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
     scale = None if scale is None else float(scale)  # a numpy number, a Fraction: torch's type
     if not return_lse and _needs_grad(q, k, v):
-        differentiated = _with_backward(q, k, v, causal=causal, scale=scale, layout=layout)
+        differentiated = _with_backward(
+            q, k, v, causal=causal, scale=scale, layout=layout, deterministic=deterministic
+        )
         if differentiated is not None:
             return differentiated
     reason = ""
@@ -682,6 +685,7 @@ def _with_backward(
     causal: bool,
     scale: float | None,
     layout: str,
+    deterministic: bool = False,
 ) -> torch.Tensor | None:
     """The output of attention that our backward differentiates, or None where torch's
     backward is the one to run (training.backward_config)."""
@@ -690,7 +694,7 @@ def _with_backward(
     problem = gradient_problem(q, k, v, causal=causal, layout=layout)
     if problem is None:
         return None
-    backward = backward_config(problem, q.device.index or 0)
+    backward = backward_config(problem, q.device.index or 0, deterministic=deterministic)
     if backward is None:
         return None
     return differentiable_attention(
@@ -730,6 +734,7 @@ def attention(
     return_lse: bool = False,
     layout: str = "bhld",
     strict: bool | None = None,
+    deterministic: bool = False,
 ) -> Any:
     """softmax(scale * Q K^T [+ causal mask]) V.
 
@@ -741,7 +746,8 @@ def attention(
     Inputs that require grad: where a backward config serves the problem
     (`runtime.training.backward_config`), the kernels' forward keeps its LSE and the backward
     family computes dq, dk, dv; elsewhere (and with return_lse) torch SDPA runs forward and
-    backward.
+    backward. deterministic=True (or torch.use_deterministic_algorithms(True)): only a backward
+    whose gradients are bit-identical from run to run.
     """
     import torch
 
@@ -750,7 +756,9 @@ def attention(
         check_arguments(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
         scale = None if scale is None else float(scale)
         if not return_lse and _needs_grad(q, k, v):
-            differentiated = _with_backward(q, k, v, causal=causal, scale=scale, layout=layout)
+            differentiated = _with_backward(
+                q, k, v, causal=causal, scale=scale, layout=layout, deterministic=deterministic
+            )
             if differentiated is not None:
                 return differentiated
         out, lse = torch.ops.cute_autotune.attention(
@@ -760,7 +768,15 @@ def attention(
     # strict mode matters only where the call falls back: read there ($CUTE_AUTOTUNE_STRICT
     # costs the host an environment lookup per call otherwise)
     return _eager(
-        q, k, v, causal=causal, scale=scale, return_lse=return_lse, layout=layout, strict=strict
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        return_lse=return_lse,
+        layout=layout,
+        strict=strict,
+        deterministic=deterministic,
     )
 
 

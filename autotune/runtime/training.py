@@ -29,16 +29,18 @@ _kernels: dict[tuple[str, int], Any] = {}
 _lock = threading.Lock()
 
 
-def backward_config(problem: Problem, device_index: int) -> str | None:
+def backward_config(
+    problem: Problem, device_index: int, *, deterministic: bool = False
+) -> str | None:
     """The backward config (its JSON) that runs `problem`'s gradients on GPU `device_index`,
     or None where torch's backward runs them (a head dim the family lacks, a GPU it does not
-    fit, or a dispatcher that only runs what was measured faster)."""
+    fit, or a dispatcher that only runs what was measured faster). `deterministic`, or
+    torch.use_deterministic_algorithms(True): only a deterministic backward (bit-identical
+    gradients) may run."""
     from .attention import dispatcher, generation
 
     chosen = dispatcher()
-    # torch.use_deterministic_algorithms(True): only a deterministic backward (bit-identical
-    # gradients) may run
-    deterministic = torch.are_deterministic_algorithms_enabled()
+    deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
     key = (
         problem.head_dim,
         problem.dtype,

@@ -60,6 +60,12 @@ def test_torchs_deterministic_setting_picks_a_deterministic_backward(dispatcher_
     assert chosen is not None and json.loads(chosen)["deterministic"] is True
 
 
+def test_deterministic_true_picks_a_deterministic_backward(dispatcher_of: Any) -> None:
+    dispatcher_of("kernel")
+    chosen = training.backward_config(problem(), 0, deterministic=True)
+    assert chosen is not None and json.loads(chosen)["deterministic"] is True
+
+
 def test_measured_dispatch_keeps_torchs_backward(dispatcher_of: Any) -> None:
     dispatcher_of("measured")
     assert training.backward_config(problem(), 0) is None
