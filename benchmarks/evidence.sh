@@ -32,6 +32,8 @@
 #   e2e          a transformers model with attn_implementation="cute_autotune" against "sdpa"
 #                (e2e_model.py; MODES default "eager")
 #   host         host time per call, ours against SDPA (host_overhead.py, and --decode)
+#   graph        a 24-layer decode step in one CUDA graph, ours against SDPA and a streaming
+#                read of the same caches (graph_decode.py)
 # Tuning and the database
 #   tune         one piece of a tuning session (SHAPES, FAMILIES, TRIALS, STOP_AFTER) into
 #                .tuning/h200.db (carried between calls; it comes back in $OUT)
@@ -152,6 +154,10 @@ host)
   python3 $B/host_overhead.py --decode --json "$OUT/host_overhead_decode.json" \
     > "$OUT/host_overhead_decode.txt" 2>&1
   at host $?; tail -n 8 "$OUT/host_overhead.txt" "$OUT/host_overhead_decode.txt" ;;
+graph)
+  timeout "${GRAPH_S:-300}" python3 $B/graph_decode.py --json "$OUT/graph_decode.json" \
+    > "$OUT/graph_decode.txt" 2>&1
+  at graph $?; cut -c1-300 "$OUT/graph_decode.txt" | tail -n 8 ;;
 tune)
   mkdir -p .tuning; piece=$(date +%s)
   python3 -m autotune.cli tune --shapes "${SHAPES:-llm-prefill}" --trials "${TRIALS:-16}" \
