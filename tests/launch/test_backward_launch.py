@@ -36,7 +36,12 @@ def kernel(monkeypatch: pytest.MonkeyPatch) -> tuple[CompiledBackward, Recording
     recorder = RecordingKernel()
     monkeypatch.setattr(backward, "current_stream_handle", lambda device: 7)
     compiled = CompiledBackward.__new__(CompiledBackward)
-    compiled.config = {"causal": True, "deterministic": False, "block_m": 64}  # type: ignore[assignment]
+    compiled.config = {  # type: ignore[assignment]
+        "causal": True,
+        "deterministic": False,
+        "block_m": 64,
+        "d_slices": 1,
+    }
     compiled.device = 0
     compiled._kernel = recorder
     return compiled, recorder
@@ -91,7 +96,7 @@ def test_plan_and_launch_get_every_operand(kernel: Any, layout: str) -> None:
 
 def test_a_deterministic_config_gets_a_counter_per_query_tile(kernel: Any) -> None:
     compiled, recorder = kernel
-    compiled.config = {"causal": True, "deterministic": True, "block_m": 64}
+    compiled.config = {"causal": True, "deterministic": True, "block_m": 64, "d_slices": 2}
     t = tensors("bhld")
     compiled(t["q"], t["k"], t["v"], t["out"], t["dout"], t["lse"])
     ((_, rest),) = recorder.launches

@@ -73,8 +73,9 @@ def test_measured_dispatch_keeps_torchs_backward(dispatcher_of: Any) -> None:
 
 def test_a_head_dim_the_family_lacks_keeps_torchs_backward(dispatcher_of: Any) -> None:
     dispatcher_of("kernel")
-    assert training.backward_config(problem(head_dim=256), 0) is None
     assert training.backward_config(problem(head_dim=32), 0) is None
+    assert training.backward_config(problem(head_dim=80), 0) is None
+    assert training.backward_config(problem(head_dim=256), 0) is not None
 
 
 def test_the_choice_follows_configure(dispatcher_of: Any) -> None:
