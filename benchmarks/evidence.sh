@@ -19,8 +19,8 @@
 #                timed side by side beside SDPA (kernel_versions.py)
 #   backward     the backward family's GPU tests (every default through the gradient
 #                validator, a covering sample, the deterministic mode, stream/graph, autograd
-#                through attention()), then backward_bench.py (BWD_CONFIGS: a JSON list of
-#                configs to time; default: each head dim's default)
+#                through attention(); BWD_K: a pytest -k selection), then backward_bench.py
+#                (BWD_CONFIGS: a JSON list of configs to time; default: each head dim's default)
 # Measurement (SDPA's default measured in the same run)
 #   bench        `cute-autotune bench` and the plain alternating check on SETS (default
 #                "llm-prefill llm-decode"), from the tuning database DB (default db/h200.json
@@ -103,7 +103,7 @@ validate)
   done ;;
 backward)
   timeout "${BWD_TESTS_S:-400}" python3 -m pytest tests/gpu/test_backward_gpu.py -q -rfE -s \
-    -p no:cacheprovider --durations=10 > "$OUT/pytest_backward.txt" 2>&1
+    -p no:cacheprovider --durations=10 ${BWD_K:+-k "$BWD_K"} > "$OUT/pytest_backward.txt" 2>&1
   at "backward tests" $?; grep -E "bwd_d|passed|failed|Error" "$OUT/pytest_backward.txt" \
     | cut -c1-240 | tail -n 40
   timeout "${BWD_BENCH_S:-150}" python3 $B/backward_bench.py --calls 20 \
