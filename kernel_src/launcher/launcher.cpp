@@ -304,12 +304,51 @@ bool clusters_cost_no_wave(int64_t ctas, int splits, int64_t clusters_at_once,
          (ctas + ctas_at_once - 1) / ctas_at_once;
 }
 
+// LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
+LaunchInfo unpack_launch_info(const py::tuple& t) {
+  constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
+  if (t.size() != kFields) {
+    throw std::invalid_argument("LaunchInfo needs " + std::to_string(kFields) + " fields");
+  }
+  LaunchInfo info{};
+  int* fields = reinterpret_cast<int*>(&info);
+  for (size_t i = 0; i < kFields; ++i) fields[i] = t[i].cast<int>();
+  return info;
+}
+
+// The cubin's LaunchInfo symbol must have this launcher's struct size, and the LaunchInfo the
+// caller read from it the params ABI this launcher speaks (`kind`: which params struct).
+void check_launch_info(CUmodule module, const char* symbol, const LaunchInfo& info,
+                       int abi_version, const char* kind, const std::string& path) {
+  CUdeviceptr info_ptr;
+  size_t info_bytes = 0;
+  check(driver().module_get_global(&info_ptr, &info_bytes, module, symbol),
+        (std::string("cuModuleGetGlobal(") + symbol + ")").c_str());
+  if (info_bytes != sizeof(LaunchInfo)) {
+    throw std::runtime_error(path + ": LaunchInfo has " + std::to_string(info_bytes) +
+                             " bytes, this launcher expects " + std::to_string(sizeof(LaunchInfo)));
+  }
+  if (info.abi_version != abi_version) {
+    throw std::runtime_error(path + ": built for " + kind + " ABI " +
+                             std::to_string(info.abi_version) + ", this launcher speaks " +
+                             std::to_string(abi_version) + "; rebuild it");
+  }
+}
+
+// Strides in elements as (batch, head, row).
+void unpack_strides(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
+  if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
+  batch = t[0].cast<int64_t>();
+  head = t[1].cast<int64_t>();
+  row = t[2].cast<int64_t>();
+}
+
 class Kernel {
  public:
   Kernel(const std::string& cubin_path, int device, py::tuple info)
       : path_(cubin_path), device_(device) {
     const Driver& d = driver();
-    unpack_info(info);
+    info_ = unpack_launch_info(info);
     check(d.init(0), "cuInit");
     CUdevice dev;
     check(d.device_get(&dev, device), "cuDeviceGet");
@@ -335,20 +374,8 @@ class Kernel {
           d.module_get_global(&mark, &mark_bytes, module_, CUTE_AUTOTUNE_CLUSTER_COMBINE_SYMBOL) ==
               CUDA_SUCCESS;
     }
-    CUdeviceptr info_ptr;
-    size_t info_bytes = 0;
-    check(d.module_get_global(&info_ptr, &info_bytes, module_, CUTE_AUTOTUNE_INFO_SYMBOL),
-          "cuModuleGetGlobal(" CUTE_AUTOTUNE_INFO_SYMBOL ")");
-    if (info_bytes != sizeof(LaunchInfo)) {
-      throw std::runtime_error(path_ + ": LaunchInfo has " + std::to_string(info_bytes) +
-                               " bytes, this launcher expects " +
-                               std::to_string(sizeof(LaunchInfo)));
-    }
-    if (info_.abi_version != cute_autotune::kAbiVersion) {
-      throw std::runtime_error(path_ + ": built for params ABI " +
-                               std::to_string(info_.abi_version) + ", this launcher speaks " +
-                               std::to_string(cute_autotune::kAbiVersion) + "; rebuild it");
-    }
+    check_launch_info(module_, CUTE_AUTOTUNE_INFO_SYMBOL, info_, cute_autotune::kAbiVersion,
+                      "params", path_);
     int max_threads = 0;
     check(d.func_get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function_),
           "cuFuncGetAttribute");
@@ -431,10 +458,10 @@ class Kernel {
     }
     Plan plan;
     FwdParams& p = plan.params;
-    unpack(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
-    unpack(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
-    unpack(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
-    unpack(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+    unpack_strides(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+    unpack_strides(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+    unpack_strides(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+    unpack_strides(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
     p.batch = batch;
     p.heads_q = heads_q;
     p.heads_kv = heads_kv;
@@ -527,23 +554,6 @@ class Kernel {
     return at_once;
   }
 
-  // LaunchInfo fields in declaration order, as autotune/cubin.py reads them from the ELF.
-  void unpack_info(const py::tuple& t) {
-    constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
-    if (t.size() != kFields) {
-      throw std::invalid_argument("LaunchInfo needs " + std::to_string(kFields) + " fields");
-    }
-    int* fields = reinterpret_cast<int*>(&info_);
-    for (size_t i = 0; i < kFields; ++i) fields[i] = t[i].cast<int>();
-  }
-
-  static void unpack(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
-    if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
-    batch = t[0].cast<int64_t>();
-    head = t[1].cast<int64_t>();
-    row = t[2].cast<int64_t>();
-  }
-
   std::string path_;
   int device_;
   CUcontext ctx_ = nullptr;
@@ -616,12 +626,7 @@ class BwdKernel {
   BwdKernel(const std::string& cubin_path, int device, py::tuple info)
       : path_(cubin_path), device_(device) {
     const Driver& d = driver();
-    constexpr size_t kFields = sizeof(LaunchInfo) / sizeof(int);
-    if (info.size() != kFields) {
-      throw std::invalid_argument("LaunchInfo needs " + std::to_string(kFields) + " fields");
-    }
-    int* fields = reinterpret_cast<int*>(&info_);
-    for (size_t i = 0; i < kFields; ++i) fields[i] = info[i].cast<int>();
+    info_ = unpack_launch_info(info);
     check(d.init(0), "cuInit");
     CUdevice dev;
     check(d.device_get(&dev, device), "cuDeviceGet");
@@ -634,20 +639,8 @@ class BwdKernel {
           "cuModuleGetFunction(" CUTE_AUTOTUNE_BWD_SYMBOL "_pre)");
     check(d.module_get_function(&post_, module_, CUTE_AUTOTUNE_BWD_SYMBOL "_post"),
           "cuModuleGetFunction(" CUTE_AUTOTUNE_BWD_SYMBOL "_post)");
-    CUdeviceptr info_ptr;
-    size_t info_bytes = 0;
-    check(d.module_get_global(&info_ptr, &info_bytes, module_, CUTE_AUTOTUNE_BWD_INFO_SYMBOL),
-          "cuModuleGetGlobal(" CUTE_AUTOTUNE_BWD_INFO_SYMBOL ")");
-    if (info_bytes != sizeof(LaunchInfo)) {
-      throw std::runtime_error(path_ + ": LaunchInfo has " + std::to_string(info_bytes) +
-                               " bytes, this launcher expects " +
-                               std::to_string(sizeof(LaunchInfo)));
-    }
-    if (info_.abi_version != cute_autotune::kBwdAbiVersion) {
-      throw std::runtime_error(path_ + ": built for backward ABI " +
-                               std::to_string(info_.abi_version) + ", this launcher speaks " +
-                               std::to_string(cute_autotune::kBwdAbiVersion) + "; rebuild it");
-    }
+    check_launch_info(module_, CUTE_AUTOTUNE_BWD_INFO_SYMBOL, info_,
+                      cute_autotune::kBwdAbiVersion, "backward", path_);
     int max_threads = 0;
     check(d.func_get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, main_),
           "cuFuncGetAttribute");
@@ -694,14 +687,14 @@ class BwdKernel {
     }
     BwdPlan plan;
     BwdParams& p = plan.params;
-    unpack(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
-    unpack(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
-    unpack(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
-    unpack(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
-    unpack(do_strides, p.do_batch_stride, p.do_head_stride, p.do_row_stride);
-    unpack(dq_strides, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
-    unpack(dk_strides, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
-    unpack(dv_strides, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+    unpack_strides(q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+    unpack_strides(k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+    unpack_strides(v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+    unpack_strides(o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+    unpack_strides(do_strides, p.do_batch_stride, p.do_head_stride, p.do_row_stride);
+    unpack_strides(dq_strides, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+    unpack_strides(dk_strides, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
+    unpack_strides(dv_strides, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
     p.batch = batch;
     p.heads_q = heads_q;
     p.heads_kv = heads_kv;
@@ -729,13 +722,6 @@ class BwdKernel {
   }
 
  private:
-  static void unpack(const py::tuple& t, int64_t& batch, int64_t& head, int64_t& row) {
-    if (t.size() != 3) throw std::invalid_argument("strides must be (batch, head, row)");
-    batch = t[0].cast<int64_t>();
-    head = t[1].cast<int64_t>();
-    row = t[2].cast<int64_t>();
-  }
-
   std::string path_;
   int device_;
   CUcontext ctx_ = nullptr;
