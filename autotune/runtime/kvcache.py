@@ -291,9 +291,14 @@ def attention_with_kvcache(
     """
     import torch
 
-    if torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad
-        for t in (q, k_cache, v_cache, k_new, v_new)
+    # a plain expression, not a loop: this is a decode step's host path (grad is off in
+    # generation, and is_grad_enabled answers first)
+    if torch.is_grad_enabled() and (
+        getattr(q, "requires_grad", False)
+        or getattr(k_cache, "requires_grad", False)
+        or getattr(v_cache, "requires_grad", False)
+        or getattr(k_new, "requires_grad", False)
+        or getattr(v_new, "requires_grad", False)
     ):
         raise ValueError(
             "attention_with_kvcache() is forward-only (an inference path: it writes the caches "
