@@ -46,6 +46,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     long_run = pytest.mark.skip(reason=f"a long run (${LONG_ENV}=1 runs it)")
     gpu, nvcc = _gpu_available(), _nvcc_available()
     for item in items:
+        if "gpu" in item.keywords:
+            # Under pytest-xdist (--dist loadgroup) the GPU tests run on one worker, one at a
+            # time: two of them timing or filling one GPU together would measure each other.
+            item.add_marker(pytest.mark.xdist_group("gpu"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not nvcc:
@@ -81,12 +85,16 @@ def nvcc_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
         return
     home = tmp_path_factory.mktemp("cuda-home")
+    # Under pytest-xdist every worker is a session of its own: the workers share one memo
+    # (beside their base folders), so a build any of them made is made once.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp().parent if worker else home
     (home / "bin").mkdir()
     (home / "include").symlink_to(real.parent.parent / "include")
     memo = Path(__file__).resolve().parent / "nvcc_memo.py"
     wrapper = home / "bin" / "nvcc"
     wrapper.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" "{memo}" "{real}" "{home / "memo"}" "$@"\n'
+        f'#!/bin/sh\nexec "{sys.executable}" "{memo}" "{real}" "{shared / "nvcc-memo"}" "$@"\n'
     )
     wrapper.chmod(0o755)
     before = os.environ.get("CUDA_HOME")
@@ -102,6 +110,16 @@ def nvcc_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         else:
             os.environ["CUDA_HOME"] = before
         toolchain_module.toolchain.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def output_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's tables at the width they have when stdout is not a terminal (autotune.cli.table),
+    whatever terminal or test runner (a pytest-xdist worker reads 80 columns) runs the tests: a
+    test of a table's text does not depend on who runs it. A test may set its own."""
+    from autotune.cli.table import DEFAULT_WIDTH
+
+    monkeypatch.setenv("COLUMNS", str(DEFAULT_WIDTH))
 
 
 @pytest.fixture
