@@ -77,7 +77,7 @@ def test_wheel_installs_and_finds_its_data(tmp_path: Path) -> None:
         env=env,
     ).stdout
     module, kernel_src, source_hash, revision = json.loads(out)
-    assert revision == "0.6.0"  # the migrations ship with the package
+    assert revision == "0.7.0"  # the migrations ship with the package
     command = subprocess.run(
         [sys.executable, "-m", "autotune", "--help"],
         capture_output=True,

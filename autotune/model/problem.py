@@ -43,6 +43,12 @@ class Problem:
     dtype: str = "fp16"
     causal: bool = False
     kv_cache: str = "dense"
+    # What is timed: the forward pass (False), or the backward pass (the gradients of q, k and
+    # v from the output's, with the forward's log-sum-exp given), bit-identical from run to run
+    # when `deterministic`. A backward problem is a problem of its own: its best config, its
+    # SDPA baseline (torch's backward) and its class are never a forward's.
+    backward: bool = False
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
@@ -59,8 +65,16 @@ class Problem:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {shown(self.dtype)}")
-        if not isinstance(self.causal, bool):
-            raise ValueError(f"causal must be a bool, got {shown(self.causal)}")
+        for name in ("causal", "backward", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {shown(getattr(self, name))}")
+        if self.deterministic and not self.backward:
+            raise ValueError("deterministic is a mode of the backward pass (backward=True)")
+        if self.backward and self.kv_cache != "dense":
+            raise ValueError(
+                f"a backward problem has dense keys and values (kv_cache 'dense'), "
+                f"got {shown(self.kv_cache)}"
+            )
         if self.kv_cache in ("dense", "seqlens"):
             return
         page = self.page_size
@@ -119,11 +133,14 @@ class Problem:
 
     @property
     def flops(self) -> int:
-        """Forward FLOPs that matter: 2 GEMMs x 2 FLOPs per multiply-add, unmasked pairs only."""
-        return 4 * self.batch * self.heads_q * self.head_dim * self.visible_pairs
+        """FLOPs that matter, unmasked pairs only: the forward's 2 GEMMs x 2 FLOPs per
+        multiply-add; a backward's 5 GEMMs (S and dP recomputed, dV, dK, dQ) counted as 2.5
+        times the forward's, as FlashAttention and cuDNN count them."""
+        forward = 4 * self.batch * self.heads_q * self.head_dim * self.visible_pairs
+        return forward * 5 // 2 if self.backward else forward
 
     def tflops(self, median_us: float) -> float:
-        """TFLOP/s of a forward pass that takes `median_us` microseconds (the one FLOP count)."""
+        """TFLOP/s of the pass timed (`flops`) in `median_us` microseconds."""
         return self.flops / median_us / 1e6
 
     def gbytes_per_s(self, median_us: float) -> float:
@@ -141,7 +158,8 @@ class Problem:
         return 2 * (2 * q + 2 * kv)
 
     def space_values(self) -> dict[str, int | str | bool]:
-        """The problem-bound parameters of a kernel config."""
+        """The problem-bound parameters every family has (a family's own, such as a backward
+        family's `deterministic`: `Space.problem_values`)."""
         return {"head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal}
 
     def as_dict(self) -> dict[str, int | str | bool]:
@@ -156,4 +174,7 @@ class Problem:
             seq = f"Lq{self.seqlen_q} Lk{self.seqlen_k}"
         mask = " causal" if self.causal else ""
         cache = "" if self.kv_cache == "dense" else f" {self.kv_cache}"
-        return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}{cache}"
+        grad = ""
+        if self.backward:
+            grad = " backward deterministic" if self.deterministic else " backward"
+        return f"B{self.batch} {heads} {seq} D{self.head_dim} {self.dtype}{mask}{cache}{grad}"

@@ -25,14 +25,17 @@ def load_shape_set(name_or_path: str) -> list[Problem]:
     try:
         problems: list[Problem] = []
         for shape in data["shapes"]:
-            # A shape may pin dtype, head_dim or causal (else the file's lists apply) and say
-            # how its KV cache is held (kv_cache, "dense" unless given), and any of its values
+            # A shape may pin dtype, head_dim or causal (else the file's lists apply), say
+            # how its KV cache is held (kv_cache, "dense" unless given) and which pass is
+            # timed (backward, deterministic: the forward unless given), and any of its values
             # may be a list: the shape stands for every combination.
             axes = {
                 "dtype": data.get("dtypes"),
                 "head_dim": data.get("head_dims"),
                 "causal": data.get("causal"),
                 "kv_cache": "dense",
+                "backward": False,
+                "deterministic": False,
             }
             axes.update({k: v for k, v in shape.items()})
             names = list(axes)
@@ -52,6 +55,8 @@ def load_shape_set(name_or_path: str) -> list[Problem]:
                     one["dtype"],
                     one["causal"],
                     one["kv_cache"],
+                    one["backward"],
+                    one["deterministic"],
                 )
                 if (
                     _kv_bytes(problem) <= data.get("max_kv_gib", 1e9) * 2**30

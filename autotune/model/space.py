@@ -26,7 +26,7 @@ from .._paths import search_spaces_dir
 from .._shown import shown
 from . import expressions as _expr
 from .config import Config, InvalidConfig, Value, check_family_name
-from .problem import page_size_of
+from .problem import Problem, page_size_of
 from .target import Target
 
 PROBLEM = "problem"
@@ -280,6 +280,11 @@ class Space:
     def problem_params(self) -> list[Param]:
         return [p for p in self.params.values() if p.role == PROBLEM]
 
+    def problem_values(self, problem: Problem) -> dict[str, Value]:
+        """The values of this family's problem-bound parameters for `problem` (each one is a
+        field of the problem)."""
+        return {p.name: getattr(problem, p.name) for p in self.problem_params}
+
     @property
     def tunable_params(self) -> list[Param]:
         """What the tuner searches: template parameters and launch parameters alike."""
@@ -524,6 +529,18 @@ def _load_space(family: str) -> Space:
     if space.direction != expected:
         raise ValueError(f"{space.source} declares direction {space.direction!r}")
     return space
+
+
+def class_mismatch(problem: Problem, config: Config) -> dict[str, Value]:
+    """What makes `config` (of an installed family) unfit for `problem`: its problem-bound
+    values that differ from the problem's (by name, the problem's value), and the pass where it
+    is not the problem's (a backward family runs backward problems only, a forward family
+    forward ones; torch's SDPA runs both). {} where the config is of the problem's class."""
+    space = load_space(config.family)
+    mismatch = {k: v for k, v in space.problem_values(problem).items() if config[k] != v}
+    if space.compiled and (space.direction == BACKWARD) != problem.backward:
+        mismatch["backward"] = problem.backward
+    return mismatch
 
 
 def validate_config(config: Config) -> ValidConfig:

@@ -358,7 +358,16 @@ class BestRows(StoreBase):
             )
             .join(BestConfig.device)
             .join(BestConfig.problem)
-            .where(*_in_class(problem.dtype, problem.head_dim, problem.causal, problem.kv_cache))
+            .where(
+                *_in_class(
+                    problem.dtype,
+                    problem.head_dim,
+                    problem.causal,
+                    problem.kv_cache,
+                    problem.backward,
+                    problem.deterministic,
+                )
+            )
         )
         if family is not None:
             families = (family,) if isinstance(family, str) else tuple(family)

@@ -18,7 +18,7 @@ from .._shown import shown
 from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
 from ..model.problem import MAX_SIZE, Problem
-from ..model.space import load_space, validate_config
+from ..model.space import class_mismatch, load_space, validate_config
 from ..model.status import Status
 from ..model.target import MAX_CC, MIN_CC, target_for_capability, tensor_peak_flops
 from .models import BestConfig, Device
@@ -157,7 +157,7 @@ def _entry(entry: Any, checked: dict[tuple[Config, int], list[str]]) -> ImportEn
     config = validate_config(Config.from_dict(entry.get("config")))
     if entry.get("family", config.family) != config.family:
         raise BrokenRow(f"family {shown(entry['family'])} but a {config.family} config")
-    mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
+    mismatch = class_mismatch(problem, config)
     if mismatch:
         raise BrokenRow(f"config is for another problem class ({mismatch} differ)")
     reasons = checked.get((config, device.compute_capability))

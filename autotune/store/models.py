@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
@@ -133,6 +134,8 @@ class ProblemRow(Base):
             "head_dim",
             "causal",
             "kv_cache",
+            "backward",
+            "deterministic",
             name="uq_problems_shape",
         ),
         CheckConstraint("heads_q % heads_kv = 0", name="ck_problems_gqa"),
@@ -145,6 +148,8 @@ class ProblemRow(Base):
             "head_dim",
             "causal",
             "kv_cache",
+            "backward",
+            "deterministic",
             "seqlen_q",
             "seqlen_k",
             "batch",
@@ -165,6 +170,10 @@ class ProblemRow(Base):
     # How the keys and values are held (model.problem.KV_CACHES); "dense" for rows older than
     # schema 0.4.0.
     kv_cache: Mapped[str] = mapped_column(String(16), default="dense", server_default="dense")
+    # The backward pass (model.problem.Problem.backward), deterministic or not; false for rows
+    # older than schema 0.7.0.
+    backward: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    deterministic: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class TimedUnder:

@@ -17,7 +17,7 @@ from .._shown import shown
 from ..measure.environment import Environment
 from ..model.config import Config, InvalidConfig
 from ..model.problem import MAX_SIZE, Problem
-from ..model.space import validate_config
+from ..model.space import class_mismatch, validate_config
 from .exchange import BrokenRow
 from .models import (
     Baseline,
@@ -77,6 +77,8 @@ def _problem_of(row: ProblemRow) -> Problem:
             row.dtype,
             bool(row.causal),
             row.kv_cache,
+            bool(row.backward),
+            bool(row.deterministic),
         )
     except ValueError as exc:
         raise BrokenRow(f"stored problem #{row.id} is not valid: {exc}") from None
@@ -119,7 +121,7 @@ def _config_of(row: KernelConfig, problem: Problem | None = None) -> Config:
     if config.digest != row.digest:
         raise BrokenRow(f"stored config {row.digest} does not match its digest {config.digest}")
     if problem is not None:
-        mismatch = {k: v for k, v in problem.space_values().items() if config[k] != v}
+        mismatch = class_mismatch(problem, config)
         if mismatch:
             raise BrokenRow(
                 f"stored config {row.digest} is for another problem class ({mismatch} differ)"
@@ -202,15 +204,23 @@ def _is_problem(problem: Problem) -> tuple[ColumnElement[bool], ...]:
 
 
 def _in_class(
-    dtype: str, head_dim: int, causal: bool, kv_cache: str = "dense"
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    kv_cache: str = "dense",
+    backward: bool = False,
+    deterministic: bool = False,
 ) -> tuple[ColumnElement[bool], ...]:
     """The conditions that a problems row is of this problem class (ix_problems_class): a
-    config's fixed values and how the keys are held."""
+    config's fixed values, how the keys are held and which pass is timed (forward unless
+    said)."""
     return (
         ProblemRow.dtype == dtype,
         ProblemRow.head_dim == head_dim,
         ProblemRow.causal == causal,
         ProblemRow.kv_cache == kv_cache,
+        ProblemRow.backward == backward,
+        ProblemRow.deterministic == deterministic,
     )
 
 

@@ -11,6 +11,9 @@ fits or does not). scikit-learn is needed to fit only: `pip install scikit-learn
 
 The held-out error is measured by problem: each fold's problems are left out of its fit, so it
 says how the model does on a problem nobody timed, per family.
+
+The model is the forward pass's: a backward problem's timings (`Problem.backward`) are left
+out of every fit, as forward dispatch never asks about one.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ def timings_of(rows: Sequence[dict[str, Any]], device: str | None = None) -> lis
             problem = Problem(**row["problem"])
         except (KeyError, TypeError, ValueError):
             continue
-        found.append(Timing(problem, config, float(median)))
+        if not problem.backward:
+            found.append(Timing(problem, config, float(median)))
     return found
 
 
@@ -87,6 +91,8 @@ def timings_of_recording(data: Mapping[str, Any]) -> list[Timing]:
     sdpa = load_space(SDPA_FAMILY)
     for shape in data["shapes"]:
         problem = Problem(**shape["problem"])
+        if problem.backward:
+            continue
         rows = [
             (dict(r["config"]), r.get("median_us"))
             for r in shape["configs"]
@@ -125,6 +131,8 @@ def timings_of_results(
             if device is not None and entry["device"]["name"] != device:
                 continue
             problem = Problem(**entry["problem"])
+            if problem.backward:
+                continue
             data = dict(entry["config"])
             family = data.pop("family")
             rows = [

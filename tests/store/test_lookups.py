@@ -374,6 +374,8 @@ LOOKUP_INDEXES = {
             "head_dim",
             "causal",
             "kv_cache",
+            "backward",
+            "deterministic",
             "seqlen_q",
             "seqlen_k",
             "batch",

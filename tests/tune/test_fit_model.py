@@ -198,3 +198,51 @@ def test_cli_fit_of_an_empty_database(tmp_path: Path, capsys: pytest.CaptureFixt
     TuningStore(db)
     assert main(["model", "fit", "--db", db, "--out", str(tmp_path / "m.json")]) == 1
     assert "nothing to fit" in capsys.readouterr().out
+
+
+def test_backward_timings_stay_out_of_the_forward_model(tmp_path: Path) -> None:
+    """A backward problem's timings (its kernel's and torch's backward) would teach the forward
+    model that a problem of the same shape takes 2-3 times as long: every source of timings
+    leaves them out."""
+    from autotune.model.problem import Problem
+    from autotune.model.space import load_space
+    from autotune.store.records import DeviceInfo, TrialResult
+    from autotune.tune.fit_model import timings_of_recording, timings_of_results
+
+    copy = tmp_path / "h200.db"
+    shutil.copy(RECORDED, copy)
+    store = TuningStore(f"sqlite:///{copy}")
+    before = timings(store)
+    backward = Problem(2, 32, 8, 4096, 4096, 128, "bf16", True, backward=True)
+    bwd = load_space("bwd")
+    config = bwd.heuristic(bwd.problem_values(backward))
+    assert config is not None
+    result = TrialResult(config, "ok", median_us=900.0, p20_us=890.0, p80_us=910.0, rounds=9)
+    device = DeviceInfo(DEVICE, 90, 132, "580.159.04", "13.0")
+    mid = store.record_trial(
+        device, backward, result, build=None, study="b", phase="rerank", baseline_us=800.0
+    )
+    store.set_best(
+        device,
+        backward,
+        result,
+        measurement_id=mid,
+        study="b",
+        trials=1,
+        sdpa_default_us=800.0,
+        sdpa_flash_us=None,
+    )
+    assert timings(store) == before
+    exported = store.export()["results"]
+    assert any(e["problem"].get("backward") for e in exported)
+    assert all(not t.problem.backward for t in timings_of_results(exported))
+    recording = {
+        "shapes": [
+            {
+                "problem": backward.as_dict(),
+                "configs": [{"config": config.as_dict(), "status": "ok", "median_us": 900.0}],
+                "sdpa": {"default": {"median_us": 800.0}},
+            }
+        ]
+    }
+    assert timings_of_recording(recording) == []
