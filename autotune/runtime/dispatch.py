@@ -34,6 +34,7 @@ each cubin is loaded once per process.
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -169,6 +170,37 @@ def with_prediction(
     if stale:
         text += " (fitted on an older version of this family's kernels)"
     return replace(decision, predicted=text)
+
+
+def split_grid(config: Config, problem: Problem) -> int:
+    """The CTAs of a split-KV config's grid on `problem` before its KV splits: one per block of
+    `block_m` rows of each KV head's packed query rows (Lq x group, where the config packs
+    GQA heads), or of each query head's rows, per sequence."""
+    packs = bool(dict(config.values).get("pack_gqa", True))
+    rows = problem.seqlen_q * (problem.group_size if packs else 1)
+    heads = problem.heads_kv if packs else problem.heads_q
+    return problem.batch * heads * -(-rows // int(config["block_m"]))
+
+
+def carried_splits(config: Config, source: Problem, target: Problem) -> Config:
+    """`config`, tuned on `source`, for `target`: its KV split count (a launch parameter, one
+    build for every value) scaled so the grid holds as many CTAs on `target` as it did on the
+    problem it was tuned for (the tuner chose a number of waves, not a number of splits: 8
+    splits that fill the GPU at batch 8 fill an eighth of it at batch 1), at most one split
+    per key tile, and one of the family's allowed values (the nearest, in log scale).
+    Configs without a split count come back as they are."""
+    if "num_splits" not in dict(config.values):
+        return config
+    from ..model.space import load_space
+
+    allowed = sorted(int(v) for v in load_space(config.family).params["num_splits"].values)
+    wanted = int(config["num_splits"]) * split_grid(config, source) / split_grid(config, target)
+    tiles = -(-target.seqlen_k // int(config["block_n"]))
+    wanted = max(1.0, min(wanted, float(tiles)))
+    splits = min(allowed, key=lambda v: (abs(math.log2(v / wanted)), v))
+    if splits == config["num_splits"]:
+        return config
+    return load_space(config.family).validate(config.replace(num_splits=splits))
 
 
 def _twin_dtype(dtype: str) -> str:
@@ -405,7 +437,15 @@ class Dispatcher:
                 )
             near = store.nearest(device, problem, family=families)
             if near is not None:
-                return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
+                config, source = near[0].config, near[0].problem
+                carried = carried_splits(config, source, problem)
+                why = f"nearest tuned problem ({source.describe()})"
+                if carried != config:
+                    why += (
+                        f", its {config['num_splits']} KV splits made "
+                        f"{carried['num_splits']} for this grid"
+                    )
+                return carried, why
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             if not self._warned_db:
                 self._warned_db = True
@@ -577,8 +617,10 @@ class Dispatcher:
             self._not_carried(r, problem) for r in passed[:1] if r.problem.dtype == problem.dtype
         )
         if rank == 0:
-            return self._tuned(NEAREST, "nearest tuned problem", record, distance)
-        config = record.config
+            decision = self._tuned(NEAREST, "nearest tuned problem", record, distance)
+            carried = carried_splits(record.config, record.problem, problem)
+            return decision if carried == record.config else replace(decision, config=carried)
+        config = carried_splits(record.config, record.problem, problem)
         try:
             config = load_space(config.family).validate(
                 Config.make(config.family, {**dict(config.values), "dtype": problem.dtype})

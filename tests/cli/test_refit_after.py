@@ -47,8 +47,11 @@ def test_tune_refits_unless_told_not_to(
 
 
 def test_import_refits_each_gpu_model_it_brought(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the listing names the database's path, as long as the test runner's temporary folder:
+    # wide enough that its columns stay in the grid
+    monkeypatch.setenv("COLUMNS", "250")
     url = f"sqlite:///{tmp_path}/i.db"
     shipped = REPO / "db" / "h200.json"
     assert main(["import", str(shipped), "--db", url, "--no-refit"]) == 0
