@@ -57,6 +57,20 @@ def add_problem_args(p: argparse.ArgumentParser, required: bool) -> None:
         "per-sequence lengths) or paged<N> (pages of N rows), the decode "
         "family's KV caches; with --shapes, keeps that kind only",
     )
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        default=None,
+        help="the backward pass (the gradients of q, k and v; its own best config, beside "
+        "torch's backward); with --shapes, keeps backward problems only",
+    )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="the deterministic backward (bit-identical gradients; implies --backward); with "
+        "--shapes, keeps those only",
+    )
 
 
 def problem_from_args(args: argparse.Namespace) -> Problem:
@@ -75,6 +89,8 @@ def problem_from_args(args: argparse.Namespace) -> Problem:
         args.dtype or "fp16",
         args.causal == "true",
         args.kv_cache or "dense",
+        bool(getattr(args, "backward", None) or getattr(args, "deterministic", None)),
+        bool(getattr(args, "deterministic", None)),
     )
 
 
@@ -120,6 +136,8 @@ def narrow_shape_set(problems: list[Problem], args: argparse.Namespace) -> list[
         and (args.dtype is None or p.dtype == args.dtype)
         and args.causal in (None, "both", str(p.causal).lower())
         and (getattr(args, "kv_cache", None) is None or p.kv_cache == args.kv_cache)
+        and (getattr(args, "backward", None) is None or p.backward)
+        and (getattr(args, "deterministic", None) is None or p.deterministic)
     ]
 
 

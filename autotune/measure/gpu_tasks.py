@@ -14,6 +14,12 @@ from ..model.problem import Problem
 from ..model.space import load_space
 from ..model.status import Status
 from . import trial
+from .backward_inputs import (
+    backward_inputs,
+    backward_kernel_candidate,
+    backward_sdpa_candidate,
+    backward_sdpa_candidates,
+)
 from .inputs import kernel_candidate, problem_inputs, sdpa_candidate, sdpa_candidates, timed_env
 from .protocol import (
     Baselines,
@@ -63,21 +69,44 @@ def _timed(build: BuildResult, timing: Timing, device: int) -> TrialResult:
     )
 
 
+def _n_sets(problem: Problem) -> int:
+    return len(backward_inputs(problem) if problem.backward else problem_inputs(problem))
+
+
+def _kernel_candidate(build: BuildResult, problem: Problem, device: int) -> Candidate:
+    """A built config on `problem`'s input sets: the forward kernel, or for a backward
+    problem the backward kernel on its sets."""
+    if problem.backward:
+        from ..launch.backward import CompiledBackward
+
+        return backward_kernel_candidate(CompiledBackward(build, device), problem)
+    return kernel_candidate(CompiledKernel(build, device), problem)
+
+
+def _sdpa_candidate(problem: Problem, backend: str) -> Candidate | None:
+    """One SDPA backend on `problem`: its forward, or for a backward problem torch's backward
+    of it."""
+    if problem.backward:
+        return backward_sdpa_candidate(problem, backend)
+    return sdpa_candidate(problem, backend)
+
+
 def task_rerank(request: RerankRequest, device: int) -> Reranked:
     """Re-time finalists (kernel configs, already validated, and torch SDPA configs: family
     `sdpa`, one per backend) together in one alternation, so the winner and its speed-up over
     SDPA come from one measurement. An SDPA backend that refuses the problem comes back as
-    INVALID with the reason."""
+    INVALID with the reason. A backward problem's finalists are backward configs and torch's
+    backwards, timed alike."""
     problem = request.problem
-    sets = problem_inputs(problem)
+    n_sets = _n_sets(problem)
     fns: dict[str, Candidate] = {}
     refused: dict[str, TrialResult] = {}
     for build in request.builds:
         config, digest = build.config, build.config.digest
         if load_space(config.family).compiled:
-            fns[digest] = kernel_candidate(CompiledKernel(build, device), problem)
+            fns[digest] = _kernel_candidate(build, problem, device)
             continue
-        candidate = sdpa_candidate(problem, str(config["backend"]))
+        candidate = _sdpa_candidate(problem, str(config["backend"]))
         if candidate is None:
             refused[digest] = TrialResult(
                 config,
@@ -87,7 +116,7 @@ def task_rerank(request: RerankRequest, device: int) -> Reranked:
             )
         else:
             fns[digest] = candidate
-    timings = measure(fns, n_sets=len(sets), rounds=request.rounds, round_ms=request.round_ms)
+    timings = measure(fns, n_sets=n_sets, rounds=request.rounds, round_ms=request.round_ms)
     return Reranked(
         tuple(
             refused[b.config.digest]
@@ -99,10 +128,11 @@ def task_rerank(request: RerankRequest, device: int) -> Reranked:
 
 
 def time_sdpa(problem: Problem, *, rounds: int, round_ms: float) -> dict[str, Timing]:
-    """Every SDPA backend that accepts the problem, timed together, by backend."""
+    """Every SDPA backend that accepts the problem, timed together, by backend (for a
+    backward problem, torch's backward of each)."""
     return measure(
-        sdpa_candidates(problem),
-        n_sets=len(problem_inputs(problem)),
+        backward_sdpa_candidates(problem) if problem.backward else sdpa_candidates(problem),
+        n_sets=_n_sets(problem),
         rounds=rounds,
         round_ms=round_ms,
     )

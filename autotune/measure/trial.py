@@ -4,7 +4,9 @@ The only trial code there is. The live tuning backend runs `evaluate` in its GPU
 (measure.gpu_tasks), `cute-autotune check` runs `check` (the validation alone) there, and the
 recording sweep (benchmarks/sweep.py) runs `evaluate` in its own process, so that what the
 replay backend serves and what live tuning measures come from one procedure: the same inputs,
-the same validator, the same threshold, the same timing regime beside the same baseline.
+the same validator, the same threshold, the same timing regime beside the same baseline. A
+backward problem's trial (`evaluate_backward`) is the same procedure on the gradients
+(measure.backward_inputs, measure.validate_backward), beside torch's backward.
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ from typing import Any
 from ..build.compiler import BuildResult
 from ..launch.kernel import CompiledKernel
 from ..model.problem import Problem
-from ..model.space import load_space
+from ..model.space import BACKWARD, FORWARD, load_space
 from ..model.status import Status
+from .backward_inputs import (
+    backward_inputs,
+    backward_kernel_candidate,
+    backward_sdpa_candidate,
+    gradient_difference,
+    reference_gradients,
+)
 from .inputs import kernel_candidate, problem_inputs, reference_output, sdpa_candidate, timed_env
 from .records import TrialResult
 from .timing import Candidate, measure
 from .validate import ValidationReport, validate
+from .validate_backward import GradientReport, kernel_runner, validate_backward
 from .validate_kvcache import validate_kvcache
 
 # How far a trial's output at the tuning shape may be from SDPA's default (relative L2 norm).
@@ -84,6 +94,125 @@ def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
     return _validated[key]
 
 
+def _timed_beside_sdpa(
+    build: BuildResult,
+    call: Candidate,
+    reference: Candidate | None,
+    *,
+    n_sets: int,
+    rel_err: float,
+    rounds: int,
+    round_ms: float,
+    warmup_ms: float | None,
+    device: int,
+) -> TrialResult:
+    """A validated config's trial: `call` timed alternating call by call with SDPA's default
+    (`reference`, where it runs the problem), whose median comes back beside it."""
+    candidates: dict[str, Candidate] = {build.name: call}
+    if reference is not None:
+        candidates[SDPA_DEFAULT] = reference
+    timings = (
+        measure(candidates, n_sets=n_sets, rounds=rounds, round_ms=round_ms)
+        if warmup_ms is None
+        else measure(
+            candidates, n_sets=n_sets, rounds=rounds, round_ms=round_ms, warmup_ms=warmup_ms
+        )
+    )
+    timing, baseline = timings[build.name], timings.get(SDPA_DEFAULT)
+    return TrialResult(
+        build.config,
+        Status.OK,
+        "",
+        timing.median_us,
+        timing.p20_us,
+        timing.p80_us,
+        timing.rounds,
+        rel_err,
+        build_key=build.key,
+        env=timed_env(timing, device),
+        baseline_us=baseline.median_us if baseline else None,
+    )
+
+
+def check_backward(
+    build: BuildResult, *, device: int = 0, seed: int | None = None
+) -> GradientReport:
+    """The gradient validator (measure.validate_backward) on a built backward config, on its
+    own problem class, in its own mode (a deterministic config must be bit-identical)."""
+    from ..launch.backward import CompiledBackward
+
+    kernel = CompiledBackward(build, device)
+    config = build.config
+    return validate_backward(
+        kernel_runner(kernel),
+        head_dim=int(config["head_dim"]),
+        dtype=str(config["dtype"]),
+        causal=bool(config["causal"]),
+        device=f"cuda:{device}",
+        seed=seed,
+        deterministic=kernel.deterministic,
+    )
+
+
+def _backward_verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
+    key = str(build.cubin)
+    if key not in _validated:
+        report = check_backward(build, device=device)
+        worst = max((max(c.rel_err.values(), default=0.0) for c in report.cases), default=0.0)
+        _validated[key] = (report.passed, report.summary(), worst)
+    return _validated[key]
+
+
+def evaluate_backward(
+    problem: Problem,
+    build: BuildResult,
+    *,
+    rounds: int,
+    round_ms: float,
+    device: int = 0,
+    warmup_ms: float | None = None,
+) -> TrialResult:
+    """`evaluate` for a backward problem and a backward config: the gradient validator (once
+    per cubin in this process), the gradients at the tuning shape against SDPA's default
+    backward's, then the backward (its preprocess, main and postprocess entries) timed
+    alternating call by call with torch's backward of SDPA's default, whose median comes back
+    beside it."""
+    from ..launch.backward import CompiledBackward
+
+    if not build.ok:
+        return not_built(build)
+    if not load_space(build.config.family).direction == BACKWARD:
+        return TrialResult(
+            build.config,
+            Status.INVALID,
+            f"{build.name} computes the forward pass, not a backward problem's gradients",
+            build_key=build.key,
+        )
+    passed, summary, worst = _backward_verdict(build, device)
+    failed = partial(
+        TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst, build_key=build.key
+    )
+    if not passed:
+        return failed(summary)
+    kernel = CompiledBackward(build, device)
+    sets = backward_inputs(problem)
+    call = backward_kernel_candidate(kernel, problem)
+    err = gradient_difference(call(0), reference_gradients(problem))
+    if not math.isfinite(err) or err > TUNING_SHAPE_TOL:
+        return failed(f"at the tuning shape the gradients differ from SDPA's by {err:.2e}")
+    return _timed_beside_sdpa(
+        build,
+        call,
+        backward_sdpa_candidate(problem, "default"),
+        n_sets=len(sets),
+        rel_err=worst,
+        rounds=rounds,
+        round_ms=round_ms,
+        warmup_ms=warmup_ms,
+        device=device,
+    )
+
+
 def evaluate(
     problem: Problem,
     build: BuildResult,
@@ -98,8 +227,19 @@ def evaluate(
     call by call with SDPA's default (measure.timing), whose median comes back beside it.
     `warmup_ms` shortens the warm-up before the timed calls where the GPU is kept busy by the
     trials before (an exhaustive sweep); by default the timing regime's own."""
+    if problem.backward:
+        return evaluate_backward(
+            problem, build, rounds=rounds, round_ms=round_ms, device=device, warmup_ms=warmup_ms
+        )
     if not build.ok:
         return not_built(build)
+    if load_space(build.config.family).direction != FORWARD:
+        return TrialResult(
+            build.config,
+            Status.INVALID,
+            f"{build.name} computes a backward pass, not a forward problem's output",
+            build_key=build.key,
+        )
     passed, summary, worst = _verdict(build, device)
     failed = partial(
         TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst, build_key=build.key
@@ -121,28 +261,14 @@ def evaluate(
     err = float((out.float() - expected).norm() / expected.norm())
     if not math.isfinite(err) or err > TUNING_SHAPE_TOL:
         return failed(f"at the tuning shape the output differs from SDPA's by {err:.2e}")
-    candidates: dict[str, Candidate] = {build.name: call}
-    reference = sdpa_candidate(problem, "default")
-    if reference is not None:
-        candidates[SDPA_DEFAULT] = reference
-    timings = (
-        measure(candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms)
-        if warmup_ms is None
-        else measure(
-            candidates, n_sets=len(sets), rounds=rounds, round_ms=round_ms, warmup_ms=warmup_ms
-        )
-    )
-    timing, baseline = timings[build.name], timings.get(SDPA_DEFAULT)
-    return TrialResult(
-        build.config,
-        Status.OK,
-        "",
-        timing.median_us,
-        timing.p20_us,
-        timing.p80_us,
-        timing.rounds,
-        worst,
-        build_key=build.key,
-        env=timed_env(timing, device),
-        baseline_us=baseline.median_us if baseline else None,
+    return _timed_beside_sdpa(
+        build,
+        call,
+        sdpa_candidate(problem, "default"),
+        n_sets=len(sets),
+        rel_err=worst,
+        rounds=rounds,
+        round_ms=round_ms,
+        warmup_ms=warmup_ms,
+        device=device,
     )

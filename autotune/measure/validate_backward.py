@@ -247,3 +247,22 @@ def validate_backward(
         for case in cases
     )
     return GradientReport(all(r.passed for r in results), seed, deterministic, results)
+
+
+def kernel_runner(kernel: Any) -> BackwardRunner:
+    """The validator's runner of a backward kernel (launch.backward.CompiledBackward): the
+    fp32 reference forward (its output in the input dtype, its LSE), then the kernel's
+    backward into the validator's (poisoned) gradient tensors."""
+    import torch
+
+    def run(
+        q: Any, k: Any, v: Any, dout: Any, *, dq: Any, dk: Any, dv: Any, scale: float, layout: str
+    ) -> None:
+        out32, lse = reference_attention(q, k, v, causal=kernel.causal, scale=scale, layout=layout)
+        out = torch.empty_like(q)
+        logical_bhld(out, layout).copy_(out32)
+        kernel(
+            q, k, v, out, dout, lse.contiguous(), scale=scale, layout=layout, dq=dq, dk=dk, dv=dv
+        )
+
+    return run

@@ -416,6 +416,44 @@ class Dispatcher:
                 return chosen
         return self._family_memo.get(key)
 
+    def tuned_backward(self, problem: Problem, device_index: int) -> tuple[Config, str] | None:
+        """What the database knows best for a backward problem (`Problem.backward`) on this GPU
+        model, and why: the winner of its own re-ranking (a backward config, or torch's
+        backward as an `sdpa` config), else that of the nearest tuned backward problem of its
+        dtype, head dim, mask and mode; None when it knows neither (or cannot be read).
+        Remembered per length class, as `tuned_config`."""
+        decided_for, _ = self.decision_problem(problem, device_index)
+        key = (device_index, decided_for, "backward")
+        if key in self._family_memo:
+            return self._family_memo.get(key)
+        with self._lock:
+            if key not in self._family_memo:
+                chosen = self._tuned_backward(decided_for, device_index)
+                self._family_memo[key] = chosen
+                return chosen
+        return self._family_memo.get(key)
+
+    def _tuned_backward(self, problem: Problem, device_index: int) -> tuple[Config, str] | None:
+        device, _ = self._identify(device_index)
+        try:
+            self.db_queries += 1
+            self._seed_from_shipped(device)
+            store = self.store()
+            best = store.best(device, problem)
+            if best is not None:
+                return best.config, "tuned for this problem (its re-ranking's winner)"
+            near = store.nearest(device, problem)
+            if near is not None:
+                return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
+        except Exception as exc:  # noqa: BLE001 - an unusable database must not stop training
+            if not self._warned_db:
+                self._warned_db = True
+                warnings.warn(
+                    f"cute-autotune: tuning database unavailable, torch's backward is used: {exc}",
+                    stacklevel=3,
+                )
+        return None
+
     def _tuned_config(
         self, problem: Problem, device_index: int, families: tuple[str, ...]
     ) -> tuple[Config, str] | None:

@@ -3,17 +3,20 @@ which keeps its log-sum-exp for the backward) and torch.ops.cute_autotune.attent
 (a config of the backward family), with the backward registered on the forward op, so eager
 calls and torch.compile's traces take the same path.
 
-Which backward runs is decided per problem class (head dim, dtype, causal) and GPU:
-`backward_config`. Until backward configs are measured against torch's own backward, only
-`untuned="kernel"` (`configure`) runs the family's default; otherwise a call whose inputs
-require grad stays on torch SDPA, forward and backward (no-regret: torch's backward is the
-one measured).
+Which backward runs is decided per problem (by its length class) and GPU, `backward_config`,
+from the tuning database as the forward's is: a backward problem (`Problem.backward`) tuned
+beside torch's backward has its re-ranking's winner, one not tuned that of the nearest tuned
+backward problem of its class; where the winner is torch's backward, or the database knows no
+backward problem of the class, the call stays on torch SDPA, forward and backward (no-regret:
+torch's backward is the one measured), except under `untuned="kernel"` (`configure`), which
+runs the family's default where nothing was tuned.
 
 (No `from __future__ import annotations` here: torch.library reads the annotations at runtime.)
 """
 
 import math
 import threading
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -41,18 +44,16 @@ def backward_config(
 
     chosen = dispatcher()
     deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
-    key = (
-        problem.head_dim,
-        problem.dtype,
-        problem.causal,
-        deterministic,
-        device_index,
-        generation(),
-    )
+    key = (problem, deterministic, device_index, generation())
     if key in _configs:
         return _configs[key]
     answer = None
-    if chosen.untuned == "kernel":
+    tuned = chosen.tuned_backward(
+        replace(problem, backward=True, deterministic=deterministic), device_index
+    )
+    if tuned is not None:
+        answer = _runnable(tuned[0], device_index, deterministic)
+    elif chosen.untuned == "kernel":
         from ..model.space import load_space
         from ..model.target import target_for_device
 
@@ -71,6 +72,25 @@ def backward_config(
                     answer = config.to_json()
     _configs[key] = answer
     return answer
+
+
+def _runnable(config: Any, device_index: int, deterministic: bool) -> str | None:
+    """A tuned backward winner as `backward_config` answers it: a backward config of the mode
+    asked for that this GPU runs (its JSON), else None (torch's backward won, or the config
+    cannot run here)."""
+    from ..model.space import BACKWARD, load_space
+    from ..model.target import target_for_device
+
+    space = load_space(config.family)
+    if space.direction != BACKWARD or not space.compiled:
+        return None
+    if bool(config["deterministic"]) != deterministic:
+        return None
+    target = target_for_device(device_index)
+    if not space.supports(target.cc) or space.violations(space.validate(config), target):
+        return None
+    result: str = config.to_json()
+    return result
 
 
 def _compiled(config_json: str, device_index: int) -> Any:

@@ -103,7 +103,7 @@ def warm_start_seeds(
 ) -> list[Config]:
     """Configs to try first: the best config of the nearest tuned problem, the family's default
     for the problem class, then best configs of other problems of the class."""
-    fixed = problem.space_values()
+    fixed = space.problem_values(problem)
     near = store.nearest(device, problem, family=space.family) if settings.warm_start else None
     seeds = [near[0].config] if near else []
     default = space.heuristic(fixed) if settings.seed_heuristic else None
@@ -140,7 +140,7 @@ def search_family(
     configs of this family with their predicted times (tune/model_seeding.py)."""
     space = load_space(family)
     device, target = backend.device(), backend.target()
-    fixed: dict[str, Value] = problem.space_values()
+    fixed: dict[str, Value] = space.problem_values(problem)
     swept = [p.name for p in space.launch_params] if settings.sweep_launch else []
     study = Study(name, store.url, sampler_for(settings, swept), space, fixed)
     study.settle_abandoned(store, device, problem)

@@ -57,7 +57,7 @@ def ranked_builds(
         return []
     space = load_space(family)
     best: dict[ValidConfig, tuple[ValidConfig, Prediction]] = {}
-    for config in space.valid_configs(target, problem.space_values()):
+    for config in space.valid_configs(target, space.problem_values(problem)):
         guess = model.predict(problem, config)
         build = space.build_view(config)
         if build not in best or guess.median_us < best[build][1].median_us:

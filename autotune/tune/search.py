@@ -17,7 +17,14 @@ from ..build.compiler import BuildResult
 from ..model.config import Config
 from ..model.perf_model import Prediction
 from ..model.problem import Problem
-from ..model.space import ValidConfig, load_space, supported_families, unsupported_reason
+from ..model.space import (
+    FORWARD,
+    ValidConfig,
+    backward_families,
+    load_space,
+    supported_families,
+    unsupported_reason,
+)
 from ..model.status import Status
 from ..model.target import Target
 from ..store.records import BaselineTiming, DeviceInfo, TrialResult
@@ -94,9 +101,11 @@ class TuneOutcome(Counted):
 
 def problem_key(problem: Problem) -> str:
     """The problem in a study's name: every field that makes it another problem (a KV-cache
-    kind other than dense is appended, so the names of dense problems' studies stay as they
-    were before the kind existed)."""
+    kind other than dense and a backward pass are appended, so the names of dense forward
+    problems' studies stay as they were before either existed)."""
     kind = "" if problem.kv_cache == "dense" else f"-{problem.kv_cache}"
+    if problem.backward:
+        kind += "-bwd-det" if problem.deterministic else "-bwd"
     return (
         f"{problem.dtype}-d{problem.head_dim}-{'causal' if problem.causal else 'full'}"
         f"-b{problem.batch}-hq{problem.heads_q}-hkv{problem.heads_kv}"
@@ -122,6 +131,8 @@ def families_to_search(
     target), else every family the backend can run there that is meant for `problem`'s query
     length (the decode family is not searched on prefill problems unless asked for)."""
     target = backend.target()
+    if problem is not None and problem.backward:
+        return _backward_families_to_search(target, families, problem)
     if families is None:
         chosen = backend.families()
         if problem is not None:
@@ -142,6 +153,15 @@ def families_to_search(
             )
         return chosen
     chosen = list(dict.fromkeys(families))
+    if problem is not None and any(f in backward_families() for f in chosen):
+        # a shape set may mix forward and backward problems: each gets the families of its
+        # pass among those asked for
+        chosen = [f for f in chosen if load_space(f).direction == FORWARD]
+        if not chosen:
+            raise ValueError(
+                f"only backward families were asked for, and {problem.describe()} is a "
+                "forward problem"
+            )
     if not chosen:
         raise ValueError("no kernel family to search")
     for family in chosen:
@@ -159,6 +179,23 @@ def families_to_search(
                 f"none of the families asked for reads a {problem.kv_cache} KV "
                 f"cache ({problem.describe()}); the decode family does"
             )
+    return chosen
+
+
+def _backward_families_to_search(
+    target: Target, families: Sequence[str] | None, problem: Problem
+) -> list[str]:
+    """The backward families a backward problem's session searches: those asked for among
+    them (a forward family asked for is named and left out: a shape set may mix forward and
+    backward problems), else every backward family that runs on `target`."""
+    runs = [f for f in backward_families() if load_space(f).supports(target.cc)]
+    chosen = runs if families is None else [f for f in dict.fromkeys(families) if f in runs]
+    if not chosen:
+        asked = "" if families is None else f" among {', '.join(families)}"
+        raise ValueError(
+            f"no backward family{asked} runs {problem.describe()} on {target.name}; "
+            f"the backward families: {', '.join(backward_families())}"
+        )
     return chosen
 
 

@@ -10,7 +10,6 @@ LSE), so a failure here is the backward's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,31 +18,13 @@ from autotune.build.compiler import compile_many
 from autotune.launch.backward import CompiledBackward
 from autotune.launch.tensors import logical_bhld
 from autotune.measure.reference import reference_attention
-from autotune.measure.validate_backward import validate_backward
+from autotune.measure.validate_backward import kernel_runner, validate_backward
 from autotune.model.config import Config
 from autotune.model.sampling import covering_sample
 from autotune.model.space import default_config, load_space
 from autotune.model.target import default_target
 
 pytestmark = pytest.mark.gpu
-
-
-def runner(kernel: CompiledBackward) -> Callable[..., None]:
-    """The validator's runner: the reference forward, then `kernel`'s backward into the
-    validator's (poisoned) gradient tensors."""
-    import torch
-
-    def run(
-        q: Any, k: Any, v: Any, dout: Any, *, dq: Any, dk: Any, dv: Any, scale: float, layout: str
-    ) -> None:
-        out32, lse = reference_attention(q, k, v, causal=kernel.causal, scale=scale, layout=layout)
-        out = torch.empty_like(q)
-        logical_bhld(out, layout).copy_(out32)
-        kernel(
-            q, k, v, out, dout, lse.contiguous(), scale=scale, layout=layout, dq=dq, dk=dk, dv=dv
-        )
-
-    return run
 
 
 def built(configs: list[Config]) -> list[CompiledBackward]:
@@ -110,7 +91,7 @@ def test_deterministic_mode_gives_bit_identical_gradients() -> None:
     for kernel in built(deterministic_defaults()):
         config = kernel.config
         report = validate_backward(
-            runner(kernel),
+            kernel_runner(kernel),
             head_dim=int(config["head_dim"]),
             dtype=str(config["dtype"]),
             causal=bool(config["causal"]),
@@ -130,7 +111,7 @@ def test_default_config_passes_the_gradient_validator(
     assert config is not None
     (kernel,) = built([config])
     report = validate_backward(
-        runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=5, device="cuda"
+        kernel_runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=5, device="cuda"
     )
     print(f"{space.name_of(config)}: {report.summary()}")
     assert report.passed, report.summary()
@@ -144,7 +125,7 @@ def test_a_covering_sample_of_the_space_passes() -> None:
     for head_dim, dtype, causal in SAMPLED:
         for kernel in built(sample(head_dim, dtype, causal)):
             report = validate_backward(
-                runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=9
+                kernel_runner(kernel), head_dim=head_dim, dtype=dtype, causal=causal, seed=9
             )
             print(f"{space.name_of(kernel.config)}: {report.summary()}")
             if not report.passed:

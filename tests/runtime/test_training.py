@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,11 +18,15 @@ import torch.nn.functional as F
 
 from autotune.launch.tensors import logical_bhld
 from autotune.measure.reference_backward import reference_gradients
+from autotune.model.config import Config
 from autotune.model.problem import Problem
+from autotune.model.space import load_space
 from autotune.model.target import target_for_arch
 from autotune.runtime import attention as attention_module
 from autotune.runtime import training
 from autotune.runtime.attention import configure
+from autotune.store.records import DeviceInfo, TrialResult
+from autotune.store.repo import TuningStore
 
 
 @pytest.fixture
@@ -29,6 +34,8 @@ def dispatcher_of(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(
         "autotune.model.target.target_for_device", lambda index=None: target_for_arch("sm_90")
     )
+    monkeypatch.setattr("autotune.runtime.dispatch.target_for_device", lambda index=None: SM90)
+    monkeypatch.setattr("autotune.runtime.dispatch.device_info", lambda index: H200)
 
     def make(untuned: str) -> Any:
         return configure(db=f"sqlite:///{tmp_path}/t.db", use_shipped=False, untuned=untuned)
@@ -39,6 +46,83 @@ def dispatcher_of(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def problem(head_dim: int = 128, dtype: str = "bf16", causal: bool = True) -> Problem:
     return Problem(2, 8, 2, 300, 333, head_dim, dtype, causal)
+
+
+H200 = DeviceInfo("NVIDIA H200", 90, 132, "580.159.04", "13.0")
+SM90 = target_for_arch("sm_90")
+
+
+def tuned(db: str, grad: Problem, winner: Config, us: float, sdpa_us: float) -> None:
+    """A backward problem's re-ranking as a tuning session stores it: the winner, with
+    torch's backward beside it."""
+    store = TuningStore(db)
+    result = TrialResult(winner, "ok", median_us=us, p20_us=us, p80_us=us, rounds=9)
+    mid = store.record_trial(
+        H200, grad, result, build=None, study="s", phase="rerank", baseline_us=sdpa_us
+    )
+    store.set_best(
+        H200,
+        grad,
+        result,
+        measurement_id=mid,
+        study="s",
+        trials=4,
+        sdpa_default_us=sdpa_us,
+        sdpa_flash_us=None,
+    )
+
+
+def bwd_config(deterministic: bool = False, **tile: object) -> Config:
+    space = load_space("bwd")
+    values = {"head_dim": 128, "dtype": "bf16", "causal": True, "deterministic": deterministic}
+    default = space.heuristic(values)
+    assert default is not None
+    config = space.validate(default.replace(**tile))  # type: ignore[arg-type]
+    assert not space.violations(config, SM90)
+    return config
+
+
+@pytest.mark.parametrize("untuned", ["measured", "kernel"])
+def test_a_tuned_backward_problem_runs_its_winner(
+    dispatcher_of: Any, tmp_path: Any, untuned: str
+) -> None:
+    """The winner of the problem's backward re-ranking runs it, and its neighbours of the same
+    class (another batch, another length); where torch's backward won, torch runs it, whatever
+    the dispatcher runs untuned; the deterministic mode reads its own rows."""
+    db = f"sqlite:///{tmp_path}/t.db"
+    grad = replace(problem(), backward=True)
+    winner = bwd_config(block_m=32, stages=1, dq_warps_m=1)
+    tuned(db, grad, winner, 500.0, 600.0)
+    dispatcher_of(untuned)
+    assert training.backward_config(problem(), 0) == winner.to_json()
+    assert training.backward_config(replace(problem(), batch=4, seqlen_q=700), 0) == (
+        winner.to_json()
+    )
+    # the deterministic mode: no row of its own, so torch's (or the default, untuned)
+    deterministic = training.backward_config(problem(), 0, deterministic=True)
+    if untuned == "measured":
+        assert deterministic is None
+    else:
+        assert deterministic is not None and json.loads(deterministic)["deterministic"] is True
+    # torch's backward won another problem of the class: torch runs it
+    other = Problem(1, 8, 2, 4096, 4096, 128, "bf16", True)
+    sdpa = load_space("sdpa").config(**other.space_values(), backend="default")
+    tuned(db, replace(other, backward=True), sdpa, 700.0, 700.0)
+    dispatcher_of(untuned)
+    assert training.backward_config(other, 0) is None
+    assert training.backward_config(problem(), 0) == winner.to_json()
+
+
+def test_a_winner_of_the_other_mode_is_never_run(dispatcher_of: Any, tmp_path: Any) -> None:
+    """A row that names a non-deterministic config as the deterministic mode's winner (a
+    database edited by hand) is not run where bit-identical gradients were asked for."""
+    db = f"sqlite:///{tmp_path}/t.db"
+    grad = replace(problem(), backward=True, deterministic=True)
+    tuned(db, grad, bwd_config(deterministic=True), 500.0, 600.0)
+    dispatcher_of("measured")
+    chosen = training.backward_config(problem(), 0, deterministic=True)
+    assert chosen is not None and json.loads(chosen)["deterministic"] is True
+    assert training.backward_config(problem(), 0) is None  # the other mode: untuned
 
 
 def test_untuned_kernel_runs_the_family_default(dispatcher_of: Any) -> None:
