@@ -46,10 +46,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     long_run = pytest.mark.skip(reason=f"a long run (${LONG_ENV}=1 runs it)")
     gpu, nvcc = _gpu_available(), _nvcc_available()
     for item in items:
-        if "gpu" in item.keywords:
-            # Under pytest-xdist (--dist loadgroup) the GPU tests run on one worker, one at a
-            # time: two of them timing or filling one GPU together would measure each other.
-            item.add_marker(pytest.mark.xdist_group("gpu"))
         if "gpu" in item.keywords and not gpu:
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not nvcc:
@@ -58,6 +54,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_postgres)
         if "long" in item.keywords and not LONG:
             item.add_marker(long_run)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (README command 2): one worker per core on a machine without a GPU (each test
+    file on one worker, `--dist loadfile`, so a module's shared fixture is made once); one
+    worker where a GPU is, whose tests time and fill it and would measure each other."""
+    return 1 if _gpu_available() else None
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
