@@ -12,6 +12,7 @@ backward problem's trial (`evaluate_backward`) is the same procedure on the grad
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -92,6 +93,34 @@ def _verdict(build: BuildResult, device: int) -> tuple[bool, str, float]:
         report = check(build, device=device)
         _validated[key] = (report.passed, report.summary(), report.worst_rel_err)
     return _validated[key]
+
+
+def _screened(
+    build: BuildResult,
+    direction: str,
+    verdict: Callable[[BuildResult, int], tuple[bool, str, float]],
+    device: int,
+) -> TrialResult | float:
+    """What stops a trial before it is timed: a build that failed, a config of the other pass
+    (`direction` is the problem's), or the validator's verdict (`verdict`, once per cubin)
+    against it; else the validator's worst error."""
+    if not build.ok:
+        return not_built(build)
+    if load_space(build.config.family).direction != direction:
+        computes = "a backward pass" if direction == FORWARD else "the forward pass"
+        asked = "a forward problem's output" if direction == FORWARD else "its gradients"
+        return TrialResult(
+            build.config,
+            Status.INVALID,
+            f"{build.name} computes {computes}, not {asked}",
+            build_key=build.key,
+        )
+    passed, summary, worst = verdict(build, device)
+    if not passed:
+        return TrialResult(
+            build.config, Status.FAILED_VALIDATION, summary, rel_err=worst, build_key=build.key
+        )
+    return worst
 
 
 def _timed_beside_sdpa(
@@ -179,21 +208,13 @@ def evaluate_backward(
     beside it."""
     from ..launch.backward import CompiledBackward
 
-    if not build.ok:
-        return not_built(build)
-    if not load_space(build.config.family).direction == BACKWARD:
-        return TrialResult(
-            build.config,
-            Status.INVALID,
-            f"{build.name} computes the forward pass, not a backward problem's gradients",
-            build_key=build.key,
-        )
-    passed, summary, worst = _backward_verdict(build, device)
+    screened = _screened(build, BACKWARD, _backward_verdict, device)
+    if isinstance(screened, TrialResult):
+        return screened
+    worst = screened
     failed = partial(
         TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst, build_key=build.key
     )
-    if not passed:
-        return failed(summary)
     kernel = CompiledBackward(build, device)
     sets = backward_inputs(problem)
     call = backward_kernel_candidate(kernel, problem)
@@ -231,21 +252,13 @@ def evaluate(
         return evaluate_backward(
             problem, build, rounds=rounds, round_ms=round_ms, device=device, warmup_ms=warmup_ms
         )
-    if not build.ok:
-        return not_built(build)
-    if load_space(build.config.family).direction != FORWARD:
-        return TrialResult(
-            build.config,
-            Status.INVALID,
-            f"{build.name} computes a backward pass, not a forward problem's output",
-            build_key=build.key,
-        )
-    passed, summary, worst = _verdict(build, device)
+    screened = _screened(build, FORWARD, _verdict, device)
+    if isinstance(screened, TrialResult):
+        return screened
+    worst = screened
     failed = partial(
         TrialResult, build.config, Status.FAILED_VALIDATION, rel_err=worst, build_key=build.key
     )
-    if not passed:
-        return failed(summary)
     kernel = CompiledKernel(build, device)
     if problem.kv_cache != "dense" and not kernel.split_kv:
         return TrialResult(

@@ -327,3 +327,32 @@ def test_a_build_that_failed_never_reaches_the_worker() -> None:
     result = backend.evaluate(PROBLEM, build, rounds=5, round_ms=10.0)
     assert result == trial.not_built(build)
     assert result.status is Status.COMPILE_ERROR and "too many resources" in result.reason
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_config_of_the_other_pass_is_refused_before_it_runs(backward: bool) -> None:
+    """A backward config sent for a forward problem (or the reverse) is an invalid trial, said
+    so, before any validation or launch (nothing here could run one: no GPU)."""
+    from autotune.model.space import load_space
+
+    problem = Problem(2, 8, 2, 512, 512, 128, "bf16", True, backward=backward)
+    if backward:
+        values = {k: v for k, v in sm_config().items() if k != "family"}
+        config: Config = load_space("sm80").config(**{**values, "dtype": "bf16"})
+    else:
+        bwd = load_space("bwd")
+        default = bwd.heuristic({"head_dim": 128, "dtype": "bf16", "causal": True})
+        assert default is not None
+        config = default
+    build = BuildResult(
+        config,
+        "sm_90",
+        Status.OK,
+        key="k",
+        cubin=Path("/nowhere/k.cubin"),
+        ptxas=PtxasReport("cute_autotune_fwd", "sm_90", 160, 0, 0, 0, 0, 1),
+    )
+    result = trial.evaluate(problem, build, rounds=3, round_ms=1.0)
+    assert result.status == Status.INVALID
+    wanted = "not its gradients" if backward else "not a forward problem's output"
+    assert wanted in result.reason
