@@ -39,7 +39,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .._bounded import LruDict
 from .._jsonfile import JsonInputError, read_json
@@ -170,6 +170,15 @@ def with_prediction(
     if stale:
         text += " (fitted on an older version of this family's kernels)"
     return replace(decision, predicted=text)
+
+
+class TunedChoice(NamedTuple):
+    """A config the database knows for a problem, why, and how far the problem it was tuned
+    for lies (`store.repo.problem_distance`: 0 for the problem itself)."""
+
+    config: Config
+    reason: str
+    distance: float = 0.0
 
 
 def split_grid(config: Config, problem: Problem) -> int:
@@ -315,7 +324,7 @@ class Dispatcher:
         self.use_shipped = use_shipped
         self.untuned = untuned
         self._memo: LruDict[tuple[Any, ...], Decision] = LruDict(MEMO_SIZE)
-        self._family_memo: LruDict[tuple[Any, ...], tuple[Config, str] | None] = LruDict(MEMO_SIZE)
+        self._family_memo: LruDict[tuple[Any, ...], TunedChoice | None] = LruDict(MEMO_SIZE)
         self._tuned_problems: dict[DeviceInfo, frozenset[Problem]] = {}
         self._lock = threading.Lock()
         self._store: TuningStore | None = None
@@ -396,7 +405,7 @@ class Dispatcher:
 
     def tuned_config(
         self, problem: Problem, device_index: int, family: str | tuple[str, ...]
-    ) -> tuple[Config, str] | None:
+    ) -> TunedChoice | None:
         """The config of `family` (or of any of several) the database knows best for `problem`
         on this GPU model, and why: the fastest measured one of the problem itself, else the
         best config of the nearest tuned problem whose best is of `family`; None when it knows
@@ -416,7 +425,7 @@ class Dispatcher:
                 return chosen
         return self._family_memo.get(key)
 
-    def tuned_backward(self, problem: Problem, device_index: int) -> tuple[Config, str] | None:
+    def tuned_backward(self, problem: Problem, device_index: int) -> TunedChoice | None:
         """What the database knows best for a backward problem (`Problem.backward`) on this GPU
         model, and why: the winner of its own re-ranking (a backward config, or torch's
         backward as an `sdpa` config), else that of the nearest tuned backward problem of its
@@ -433,7 +442,7 @@ class Dispatcher:
                 return chosen
         return self._family_memo.get(key)
 
-    def _tuned_backward(self, problem: Problem, device_index: int) -> tuple[Config, str] | None:
+    def _tuned_backward(self, problem: Problem, device_index: int) -> TunedChoice | None:
         device, _ = self._identify(device_index)
         try:
             self.db_queries += 1
@@ -441,10 +450,12 @@ class Dispatcher:
             store = self.store()
             best = store.best(device, problem)
             if best is not None:
-                return best.config, "tuned for this problem (its re-ranking's winner)"
+                return TunedChoice(best.config, "tuned for this problem (its re-ranking's winner)")
             near = store.nearest(device, problem)
             if near is not None:
-                return near[0].config, f"nearest tuned problem ({near[0].problem.describe()})"
+                record, distance = near
+                why = f"nearest tuned problem ({record.problem.describe()})"
+                return TunedChoice(record.config, why, distance)
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop training
             if not self._warned_db:
                 self._warned_db = True
@@ -456,7 +467,7 @@ class Dispatcher:
 
     def _tuned_config(
         self, problem: Problem, device_index: int, families: tuple[str, ...]
-    ) -> tuple[Config, str] | None:
+    ) -> TunedChoice | None:
         device, _ = self._identify(device_index)
         try:
             self.db_queries += 1
@@ -469,9 +480,10 @@ class Dispatcher:
             ]
             if timed:
                 fastest = min(timed, key=lambda t: float(t.median_us or 0.0))
-                return fastest.config, (
+                return TunedChoice(
+                    fastest.config,
                     f"tuned for this problem: the fastest of {len(timed)} "
-                    f"measured {' or '.join(families)} configs"
+                    f"measured {' or '.join(families)} configs",
                 )
             near = store.nearest(device, problem, family=families)
             if near is not None:
@@ -483,7 +495,7 @@ class Dispatcher:
                         f", its {config['num_splits']} KV splits made "
                         f"{carried['num_splits']} for this grid"
                     )
-                return carried, why
+                return TunedChoice(carried, why, near[1])
         except Exception as exc:  # noqa: BLE001 - an unusable database must not stop attention
             if not self._warned_db:
                 self._warned_db = True

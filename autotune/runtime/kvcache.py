@@ -175,12 +175,19 @@ def _append(
     return plan.write(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
 
 
+# How much farther a problem tuned on a dense cache counts than one of the same cache kind, in
+# `problem_distance`'s units (a factor of 4 in one size): a padded or paged cache is read by the
+# same kernels, through the lengths or the block table, so a much nearer shape tuned dense says
+# more than a far one tuned on the kind.
+KIND_DISTANCE = 2.0
+
+
 def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
     """The tuned split-KV config for a KV-cache problem and why (the tuning database's fastest
     measured config of the problem among the split-KV families that run on this GPU and read
-    its cache kind, else that of the nearest tuned problem of its cache kind, else the same for
-    the cache held dense); None: the decode family's default. The problem's seqlen_k is the
-    cache's capacity per sequence."""
+    its cache kind, else that of the nearest tuned problem of its cache kind or, where nearer
+    by more than KIND_DISTANCE, of the nearest tuned with the cache held dense); None: the
+    decode family's default. The problem's seqlen_k is the cache's capacity per sequence."""
     cc = target_for_device(device).cc
     families = tuple(
         f
@@ -188,11 +195,13 @@ def decode_choice(problem: Problem, device: int) -> tuple[Config, str] | None:
         if load_space(f).supports(cc) and load_space(f).reads(problem.kv_cache)
     )
     chosen = dispatcher().tuned_config(problem, device, families)
-    if chosen is None and problem.kv_cache != "dense":
-        dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, families)
-        if dense is not None:
-            return dense[0], f"{dense[1]}, tuned on a dense cache (no {problem.kv_cache} tuned)"
-    return chosen
+    if problem.kv_cache == "dense" or (chosen is not None and chosen.distance == 0.0):
+        return None if chosen is None else (chosen.config, chosen.reason)
+    dense = dispatcher().tuned_config(replace(problem, kv_cache="dense"), device, families)
+    if dense is not None and (chosen is None or dense.distance + KIND_DISTANCE < chosen.distance):
+        why = f"no {problem.kv_cache} cache tuned" if chosen is None else "nearer"
+        return dense.config, f"{dense.reason}, tuned on a dense cache ({why})"
+    return None if chosen is None else (chosen.config, chosen.reason)
 
 
 def _sm_count(device: int) -> int:
